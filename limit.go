@@ -1,0 +1,306 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrInvalidLimit is wrapped by every error that reports a Limit which cannot
+// be enforced: a quota, period or burst that is zero or negative, a period
+// shorter than one microsecond, or magnitudes that would overflow the exact
+// integer arithmetic the stores share.
+var ErrInvalidLimit = errors.New("ratelimit: invalid limit")
+
+// Algorithm selects the rule a Limit is enforced with.
+type Algorithm uint8
+
+const (
+	// TokenBucket is a bucket of Burst units refilled continuously at
+	// Quota/Period units per second (the default). A key may spend a full
+	// bucket at once, then Quota per Period on average. It is exactly
+	// equivalent to GCRA (ITU-T I.371, "virtual scheduling") with the
+	// emission interval Period/Quota and a tolerance of Burst intervals.
+	TokenBucket Algorithm = iota
+)
+
+// String returns the algorithm's name as used in documentation and storage
+// identifiers ("token-bucket").
+func (a Algorithm) String() string {
+	switch a {
+	case TokenBucket:
+		return "token-bucket"
+	default:
+		return "algorithm(" + strconv.Itoa(int(a)) + ")"
+	}
+}
+
+// Unit names what a Limit counts. The IETF RateLimit-Policy field
+// (draft-ietf-httpapi-ratelimit-headers-11, section 3.1) defines only
+// "requests" as a quota unit; other units are reported through a vendor
+// parameter (see HeadersIETF).
+type Unit string
+
+const (
+	// Requests counts one unit per request unless a cost function says
+	// otherwise.
+	Requests Unit = "requests"
+	// Tokens counts AI tokens (prompt plus completion). Its cost comes from
+	// a cost function and is usually settled after the response with
+	// ReportUsage.
+	Tokens Unit = "tokens"
+)
+
+// CostFunc returns the cost of one HTTP request in a Limit's unit, before
+// the handler runs. For AI tokens this is an estimate that the handler
+// corrects with ReportUsage. It must be non-negative. An error that
+// implements interface{ StatusCode() int } is answered with that status
+// (for example 400 for malformed JSON or 413 for an oversized body);
+// any other error is answered with 400. Nothing is charged when any cost
+// function fails.
+type CostFunc func(r *http.Request) (int64, error)
+
+// Exact-arithmetic bounds. Every number the algorithms compute stays below
+// 2^53 so that the Go code and the Redis Lua script (whose numbers are
+// IEEE-754 doubles) produce identical integers.
+const (
+	// maxScaled bounds a limit's capacity in internal units
+	// (Burst × Period/gcd(Period, Quota) in microseconds).
+	maxScaled = int64(1) << 51
+	// maxLevel bounds the stored fill level, including debt left by
+	// Adjust; it is at least twice any capacity.
+	maxLevel = int64(1) << 52
+	// maxPeriod is the longest period accepted: about 100 years.
+	maxPeriod = 100 * 365 * 24 * time.Hour
+)
+
+// Limit is one policy: a quota of units per period, enforced per key with an
+// algorithm. The zero Limit is invalid; build one with PerSecond,
+// PerMinute, PerHour, PerDay or Every and refine it with the With... and
+// Named methods, each of which returns a modified copy:
+//
+//	ratelimit.PerMinute(60).Named("requests")
+//	ratelimit.PerDay(100_000).Named("tokens").CostFrom(estimate)
+//
+// Configuration errors are reported by Err (and by New) rather than by the
+// builder methods, so a chain never panics.
+type Limit struct {
+	name      string
+	quota     int64
+	period    time.Duration
+	burst     int64 // 0 means "equal to quota"
+	algorithm Algorithm
+	unit      Unit
+	cost      CostFunc
+
+	// Derived by finish; the rate Quota/Period expressed as an exact
+	// ratio: refilling one unit takes scale/drain microseconds.
+	scale    int64 // microseconds-per-unit numerator: Period(µs)/g
+	drain    int64 // units-per-microsecond numerator: Quota/g
+	id       string
+	buildErr error // first error from a builder method; sticks
+	err      error // buildErr, or the result of validation
+}
+
+// Every returns a limit of quota units per period, for example
+// Every(100, 10*time.Second). The burst defaults to quota, the algorithm to
+// TokenBucket, the unit to Requests and the name to "requests".
+func Every(quota int64, period time.Duration) Limit {
+	l := Limit{quota: quota, period: period, unit: Requests}
+	return l.finish()
+}
+
+// PerSecond returns a limit of quota units per second.
+func PerSecond(quota int64) Limit { return Every(quota, time.Second) }
+
+// PerMinute returns a limit of quota units per minute.
+func PerMinute(quota int64) Limit { return Every(quota, time.Minute) }
+
+// PerHour returns a limit of quota units per hour.
+func PerHour(quota int64) Limit { return Every(quota, time.Hour) }
+
+// PerDay returns a limit of quota units per 24 hours (a rolling day, not a
+// calendar day).
+func PerDay(quota int64) Limit { return Every(quota, 24*time.Hour) }
+
+// Named returns a copy of l with the given name. Names identify a policy in
+// headers, problem details, ReportUsage and storage keys; they must be
+// 1 to 64 characters from [A-Za-z0-9_.-] and unique within one Limiter.
+func (l Limit) Named(name string) Limit { l.name = name; return l.finish() }
+
+// WithBurst returns a copy of l whose capacity is burst units: the most a key
+// can spend at one instant after being idle. It must be at least 1.
+func (l Limit) WithBurst(burst int64) Limit {
+	if burst <= 0 && l.buildErr == nil {
+		l.buildErr = fmt.Errorf("%w: burst must be at least 1, got %d", ErrInvalidLimit, burst)
+	}
+	l.burst = burst
+	return l.finish()
+}
+
+// WithAlgorithm returns a copy of l enforced with algorithm a.
+func (l Limit) WithAlgorithm(a Algorithm) Limit { l.algorithm = a; return l.finish() }
+
+// CostFrom returns a copy of l that counts Tokens, with each request's cost
+// (its estimate, before the handler runs) given by fn. Use ReportUsage in
+// the handler to settle the real usage.
+func (l Limit) CostFrom(fn CostFunc) Limit {
+	l.cost = fn
+	l.unit = Tokens
+	if fn == nil && l.buildErr == nil {
+		l.buildErr = fmt.Errorf("%w: nil cost function", ErrInvalidLimit)
+	}
+	return l.finish()
+}
+
+// WithUnit returns a copy of l that reports its quota in unit u. It changes
+// only how the limit is described (headers, errors), not what is counted.
+func (l Limit) WithUnit(u Unit) Limit { l.unit = u; return l.finish() }
+
+// Name returns the policy name ("requests" unless set with Named).
+func (l Limit) Name() string {
+	if l.name == "" {
+		return string(l.unit)
+	}
+	return l.name
+}
+
+// Quota returns the number of units granted per Period.
+func (l Limit) Quota() int64 { return l.quota }
+
+// Period returns the period over which Quota units are granted.
+func (l Limit) Period() time.Duration { return l.period }
+
+// Burst returns the capacity in units: the most one key can spend at once.
+func (l Limit) Burst() int64 {
+	if l.burst == 0 {
+		return l.quota
+	}
+	return l.burst
+}
+
+// Algorithm returns the algorithm the limit is enforced with.
+func (l Limit) Algorithm() Algorithm { return l.algorithm }
+
+// Unit returns what the limit counts.
+func (l Limit) Unit() Unit { return l.unit }
+
+// Cost returns the limit's cost function, or nil when each request costs 1.
+func (l Limit) Cost() CostFunc { return l.cost }
+
+// ID returns a string that identifies the limit's name, algorithm and
+// parameters. Stores use it in storage keys, so changing a limit's quota,
+// period or burst starts its keys afresh instead of misreading old state.
+func (l Limit) ID() string { return l.id }
+
+// Err returns nil if the limit can be enforced, or an error wrapping
+// ErrInvalidLimit that says why not.
+func (l Limit) Err() error {
+	if l.err == nil && l.id == "" {
+		return fmt.Errorf("%w: zero Limit (build one with PerMinute, Every, ...)", ErrInvalidLimit)
+	}
+	return l.err
+}
+
+// String describes the limit, e.g. `"requests" 60/1m0s burst 60 token-bucket`.
+func (l Limit) String() string {
+	return fmt.Sprintf("%q %d/%v burst %d %v", l.Name(), l.quota, l.period, l.Burst(), l.algorithm)
+}
+
+// finish validates l and computes its derived fields.
+func (l Limit) finish() Limit {
+	l.scale, l.drain, l.id = 0, 0, ""
+	l.err = l.buildErr
+	if l.err == nil {
+		l.err = l.validate()
+	}
+	if l.err != nil {
+		return l
+	}
+	periodMicros := l.period.Microseconds()
+	g := gcd(periodMicros, l.quota)
+	scale, drain := periodMicros/g, l.quota/g
+	if l.Burst() > maxScaled/scale {
+		l.err = fmt.Errorf("%w: %s: burst %d × %dµs per unit overflows exact arithmetic (lower the burst or raise the rate)",
+			ErrInvalidLimit, l.Name(), l.Burst(), scale)
+		return l
+	}
+	l.scale, l.drain = scale, drain
+	l.id = l.Name() + ":" + algoCode(l.algorithm) + ":" + strconv.FormatInt(l.quota, 10) + ":" +
+		strconv.FormatInt(periodMicros, 10) + ":" + strconv.FormatInt(l.Burst(), 10)
+	return l
+}
+
+func (l Limit) validate() error {
+	switch {
+	case l.quota <= 0:
+		return fmt.Errorf("%w: quota must be at least 1, got %d", ErrInvalidLimit, l.quota)
+	case l.period < time.Microsecond:
+		return fmt.Errorf("%w: period must be at least 1µs, got %v", ErrInvalidLimit, l.period)
+	case l.period > maxPeriod:
+		return fmt.Errorf("%w: period must be at most %v, got %v", ErrInvalidLimit, maxPeriod, l.period)
+	case l.period%time.Microsecond != 0:
+		return fmt.Errorf("%w: period must be a whole number of microseconds, got %v", ErrInvalidLimit, l.period)
+	case l.quota > maxScaled:
+		return fmt.Errorf("%w: quota must be at most 2^51, got %d", ErrInvalidLimit, l.quota)
+	case l.algorithm != TokenBucket:
+		return fmt.Errorf("%w: unknown algorithm %v", ErrInvalidLimit, l.algorithm)
+	case !validName(l.Name()):
+		return fmt.Errorf("%w: name %q must be 1 to 64 characters from [A-Za-z0-9_.-]", ErrInvalidLimit, l.Name())
+	case l.unit == "" || strings.ContainsAny(string(l.unit), "\"\\\r\n"):
+		return fmt.Errorf("%w: unit %q", ErrInvalidLimit, l.unit)
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func algoCode(a Algorithm) string {
+	switch a {
+	case TokenBucket:
+		return "tb"
+	default:
+		return "a" + strconv.Itoa(int(a))
+	}
+}
+
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Params exposes a valid limit's exact rate for store implementations
+// outside this package (the Redis Lua script mirrors the Go math and needs
+// the same integers): refilling one unit takes scale/drain microseconds, and
+// the capacity in internal units is capacity = Burst × scale. All three are
+// below 2^51. Params returns zeros for an invalid limit.
+func (l Limit) Params() (scale, drain, capacity int64) {
+	if l.Err() != nil {
+		return 0, 0, 0
+	}
+	return l.scale, l.drain, l.Burst() * l.scale
+}
+
+// ceilDiv returns ceil(a/b) for a ≥ 0, b > 0.
+func ceilDiv(a, b int64) int64 {
+	if a <= 0 {
+		return 0
+	}
+	return (a-1)/b + 1
+}
