@@ -1,0 +1,55 @@
+// Package redistest connects tests to a real redis-server.
+//
+// The server is named by RAMPMETER_REDIS_ADDR (default 127.0.0.1:6379). When
+// it does not answer PING, tests that need it are skipped, unless
+// RAMPMETER_REQUIRE_REDIS=1 (set by CI), in which case they fail: CI must
+// never pass by skipping the real-Redis tests.
+package redistest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Addr returns the address of the real redis-server for tests, skipping or
+// failing t (see the package doc) when none answers.
+func Addr(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv("RAMPMETER_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		if os.Getenv("RAMPMETER_REQUIRE_REDIS") == "1" {
+			t.Fatalf("real Redis required (RAMPMETER_REQUIRE_REDIS=1) but %s does not answer: %v", addr, err)
+		}
+		t.Skipf("no redis-server at %s (%v); set RAMPMETER_REDIS_ADDR or start one", addr, err)
+	}
+	return addr
+}
+
+// Client returns a client of the real redis-server, closed when t ends.
+func Client(t testing.TB) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: Addr(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Prefix returns a key prefix unique to this test run, so tests sharing one
+// server never see each other's keys. Tests must not FLUSHALL a shared server.
+func Prefix(t testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "rmtest:" + hex.EncodeToString(b[:]) + ":"
+}
