@@ -25,7 +25,40 @@ const (
 	// equivalent to GCRA (ITU-T I.371, "virtual scheduling") with the
 	// emission interval Period/Quota and a tolerance of Burst intervals.
 	TokenBucket Algorithm = iota
+	// GCRA is the generic cell rate algorithm (ITU-T I.371): the same
+	// admissions as TokenBucket, from one stored number per key, the
+	// theoretical arrival time (TAT). It requires the emission interval
+	// Period/Quota to be a whole number of microseconds (PerSecond(10),
+	// PerMinute(60) and PerDay(100_000) qualify; Every(7, 3*time.Second)
+	// does not: use TokenBucket, which admits the same).
+	GCRA
+	// LeakyBucket is the leaky bucket as a queue: a queue of Burst units
+	// draining at Quota/Period. An admitted request's Decision.Delay is the
+	// time until its slot; a caller that waits it out (Limiter.Wait does)
+	// sends at exactly the rate, with no bursts. Read as a meter (ignoring
+	// Delay) it is the token bucket.
+	LeakyBucket
+	// SlidingWindow is the sliding-window counter: the previous window's
+	// count weighted by its share of the sliding window, plus the current
+	// window's count, at most Quota. Two counters per key. It assumes the
+	// previous window's requests were spread evenly, so it can admit
+	// somewhat more or less than Quota in some Period-long spans; the log
+	// is exact. The period must be a whole number of milliseconds.
+	SlidingWindow
+	// SlidingLog admits at most Quota units in any Period-long span,
+	// exactly, by keeping one timestamp per admitted unit (so Quota is
+	// bounded by MaxLogQuota).
+	SlidingLog
+	// FixedWindow counts at most Quota units per window of Period, windows
+	// aligned to the Unix epoch (or to a key's first hit, with
+	// AlignToFirstHit). The naive baseline: around a window boundary a key
+	// can spend 2×Quota within a short span.
+	FixedWindow
 )
+
+// MaxLogQuota is the largest Quota a SlidingLog limit accepts: it stores one
+// timestamp per admitted unit, per key.
+const MaxLogQuota = 10_000
 
 // String returns the algorithm's name as used in documentation and storage
 // identifiers ("token-bucket").
@@ -33,6 +66,16 @@ func (a Algorithm) String() string {
 	switch a {
 	case TokenBucket:
 		return "token-bucket"
+	case GCRA:
+		return "gcra"
+	case LeakyBucket:
+		return "leaky-bucket"
+	case SlidingWindow:
+		return "sliding-window"
+	case SlidingLog:
+		return "sliding-log"
+	case FixedWindow:
+		return "fixed-window"
 	default:
 		return "algorithm(" + strconv.Itoa(int(a)) + ")"
 	}
@@ -93,6 +136,7 @@ type Limit struct {
 	period    time.Duration
 	burst     int64 // 0 means "equal to quota"
 	algorithm Algorithm
+	firstHit  bool // FixedWindow: windows open at a key's first hit
 	unit      Unit
 	cost      CostFunc
 
@@ -143,6 +187,14 @@ func (l Limit) WithBurst(burst int64) Limit {
 
 // WithAlgorithm returns a copy of l enforced with algorithm a.
 func (l Limit) WithAlgorithm(a Algorithm) Limit { l.algorithm = a; return l.finish() }
+
+// AlignToFirstHit returns a copy of l whose fixed windows open at each key's
+// first hit after the previous window closed, instead of at multiples of
+// Period since the Unix epoch. Only FixedWindow accepts it.
+func (l Limit) AlignToFirstHit() Limit { l.firstHit = true; return l.finish() }
+
+// AlignsToFirstHit reports whether AlignToFirstHit was applied.
+func (l Limit) AlignsToFirstHit() bool { return l.firstHit }
 
 // CostFrom returns a copy of l that counts Tokens, with each request's cost
 // (its estimate, before the handler runs) given by fn. Use ReportUsage in
@@ -229,7 +281,15 @@ func (l Limit) finish() Limit {
 		return l
 	}
 	l.scale, l.drain = scale, drain
-	l.id = l.Name() + ":" + algoCode(l.algorithm) + ":" + strconv.FormatInt(l.quota, 10) + ":" +
+	if err := l.validateAlgorithm(drain); err != nil {
+		l.err = err
+		return l
+	}
+	code := algoCode(l.algorithm)
+	if l.firstHit {
+		code += "1"
+	}
+	l.id = l.Name() + ":" + code + ":" + strconv.FormatInt(l.quota, 10) + ":" +
 		strconv.FormatInt(periodMicros, 10) + ":" + strconv.FormatInt(l.Burst(), 10)
 	return l
 }
@@ -246,12 +306,39 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: period must be a whole number of microseconds, got %v", ErrInvalidLimit, l.period)
 	case l.quota > maxScaled:
 		return fmt.Errorf("%w: quota must be at most 2^51, got %d", ErrInvalidLimit, l.quota)
-	case l.algorithm != TokenBucket:
+	case l.algorithm > FixedWindow:
 		return fmt.Errorf("%w: unknown algorithm %v", ErrInvalidLimit, l.algorithm)
 	case !validName(l.Name()):
 		return fmt.Errorf("%w: name %q must be 1 to 64 characters from [A-Za-z0-9_.-]", ErrInvalidLimit, l.Name())
 	case l.unit == "" || strings.ContainsAny(string(l.unit), "\"\\\r\n"):
 		return fmt.Errorf("%w: unit %q", ErrInvalidLimit, l.unit)
+	}
+	return nil
+}
+
+// validateAlgorithm checks the rules specific to l's algorithm; drain is
+// Quota/gcd(Period µs, Quota).
+func (l Limit) validateAlgorithm(drain int64) error {
+	window := l.algorithm == FixedWindow || l.algorithm == SlidingWindow || l.algorithm == SlidingLog
+	switch {
+	case l.firstHit && l.algorithm != FixedWindow:
+		return fmt.Errorf("%w: %s: AlignToFirstHit applies only to FixedWindow, not %v", ErrInvalidLimit, l.Name(), l.algorithm)
+	case window && l.burst != 0 && l.burst != l.quota:
+		return fmt.Errorf("%w: %s: a %v admits Quota per window; it has no separate burst (got burst %d, quota %d)",
+			ErrInvalidLimit, l.Name(), l.algorithm, l.burst, l.quota)
+	case window && l.quota > maxScaled/4:
+		return fmt.Errorf("%w: %s: quota %d too large for a %v (at most 2^49)", ErrInvalidLimit, l.Name(), l.quota, l.algorithm)
+	case l.algorithm == GCRA && drain != 1:
+		return fmt.Errorf("%w: %s: GCRA needs an emission interval of whole microseconds, but %v/%d is not; use TokenBucket, which admits exactly the same",
+			ErrInvalidLimit, l.Name(), l.period, l.quota)
+	case l.algorithm == SlidingWindow && l.period%time.Millisecond != 0:
+		return fmt.Errorf("%w: %s: a sliding window's period must be a whole number of milliseconds, got %v", ErrInvalidLimit, l.Name(), l.period)
+	case l.algorithm == SlidingWindow && l.quota > (maxScaled/2)/l.period.Milliseconds():
+		return fmt.Errorf("%w: %s: quota %d × period %dms overflows exact arithmetic for a sliding window (at most 2^50)",
+			ErrInvalidLimit, l.Name(), l.quota, l.period.Milliseconds())
+	case l.algorithm == SlidingLog && l.quota > MaxLogQuota:
+		return fmt.Errorf("%w: %s: a sliding log keeps one entry per unit, so its quota is at most %d, got %d",
+			ErrInvalidLimit, l.Name(), MaxLogQuota, l.quota)
 	}
 	return nil
 }
@@ -273,6 +360,16 @@ func algoCode(a Algorithm) string {
 	switch a {
 	case TokenBucket:
 		return "tb"
+	case GCRA:
+		return "gcra"
+	case LeakyBucket:
+		return "lb"
+	case SlidingWindow:
+		return "sw"
+	case SlidingLog:
+		return "sl"
+	case FixedWindow:
+		return "fw"
 	default:
 		return "a" + strconv.Itoa(int(a))
 	}

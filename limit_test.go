@@ -56,7 +56,7 @@ func TestLimitValidation(t *testing.T) {
 		PerDay(100_000).Named("tokens").CostFrom(cost),
 		Every(7, 3*time.Second),
 		Every(1, time.Microsecond),
-		PerSecond(1 << 51).WithBurst(1), // gcd(10^6, 2^51) = 2^6: scale 15625, drain 2^45
+		PerSecond(1 << 51).WithBurst(1),          // gcd(10^6, 2^51) = 2^6: scale 15625, drain 2^45
 		PerMinute(60).WithBurst(-1).WithBurst(5), // a later valid burst does not clear the first error
 	}
 	for i, l := range valid[:len(valid)-1] {

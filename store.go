@@ -28,6 +28,12 @@ type Request struct {
 	// peeks at the state without charging. In Adjust it may be negative (a
 	// refund).
 	Cost int64
+	// At is used by Adjust only: when the usage being settled was charged,
+	// in microseconds since the Unix epoch by the store's clock (the At of
+	// the Take's Decision); 0 means now. Window algorithms use it so that
+	// a refund never creates capacity in a later window than the one
+	// charged.
+	At int64
 }
 
 // Decision is a Store's answer for one Request.
@@ -47,6 +53,13 @@ type Decision struct {
 	// RetryAfter is zero when Allowed; otherwise the time until this cost
 	// would fit, or RetryNever when it never can (cost > Burst).
 	RetryAfter time.Duration
+	// Delay is how long the caller must wait before acting on an allowed
+	// decision: the time until its slot in a LeakyBucket's queue (zero for
+	// every other algorithm, and when refused).
+	Delay time.Duration
+	// At is the store's clock at the decision, in microseconds since the
+	// Unix epoch. Pass it back as Request.At when settling with Adjust.
+	At int64
 }
 
 // Never reports whether the request was refused because its cost exceeds the
@@ -103,97 +116,30 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 
 // State is the stored state of one (key, limit) pair, as the algorithms'
 // pure functions read and write it. The zero State is a key never seen (or
-// idle long enough to be forgotten).
+// idle long enough to be forgotten). Its fields mean different things per
+// algorithm:
+//
+//	algorithm                  Level                         Updated              Prev             Log
+//	TokenBucket, LeakyBucket   capacity in use, scaled (1)   µs of last update    -                -
+//	GCRA                       TAT: theoretical arrival, µs  -                    -                -
+//	FixedWindow                units used in the window      window start, µs     -                -
+//	SlidingWindow              units used in the window      window start, µs     previous window  -
+//	SlidingLog                 -                             -                    -                admission times, µs
+//
+// (1) In internal units (see Limit.Params): 0 is a full bucket, Burst×scale
+// an empty one, more is debt left by Adjust; it drains at drain internal
+// units per microsecond.
 type State struct {
-	// Level is the capacity in use, in the limit's internal units (see
-	// Limit.Params): 0 is a full bucket, Burst×scale an empty one, and
-	// more than that is debt left by Adjust. It drains at drain internal
-	// units per microsecond.
-	Level int64
-	// Updated is when Level was computed, in microseconds since the Unix
-	// epoch.
+	Level   int64
 	Updated int64
+	Prev    int64
+	// Log holds one admission time (µs since the Unix epoch) per admitted
+	// unit, oldest first. The pure functions never modify a Log they are
+	// given: they return a new slice when it changes, so a store can
+	// discard a working copy without corrupting the stored state.
+	Log []int64
 }
 
 // Micros converts t to microseconds since the Unix epoch, the time unit of
 // State and of the stores.
 func Micros(t time.Time) int64 { return t.UnixMicro() }
-
-// TakeAt applies Take's rule for one limit at now (µs since the Unix epoch):
-// it returns the state after charging cost if the cost fits, and the
-// unchanged (but brought up to date) state otherwise. A cost of 0 peeks.
-// The limit must be valid and cost ≥ 0. The Redis store's Lua script mirrors
-// this function; the conformance suite holds them equal.
-func (l *Limit) TakeAt(s State, now, cost int64) (State, Decision) {
-	s = l.drainTo(s, now)
-	capacity := l.Burst() * l.scale
-	d := Decision{Limit: l, Allowed: true}
-	switch {
-	case cost > l.Burst():
-		d.Allowed, d.RetryAfter = false, RetryNever
-	case s.Level+cost*l.scale > capacity:
-		d.Allowed = false
-		d.RetryAfter = micros(ceilDiv(s.Level+cost*l.scale-capacity, l.drain))
-	default:
-		s.Level += cost * l.scale
-	}
-	l.describe(s, &d)
-	return s, d
-}
-
-// AdjustAt applies Adjust's rule for one limit at now: delta > 0 adds usage
-// (possibly beyond capacity, as debt, up to an internal bound of at least
-// twice the capacity), delta < 0 refunds it, never below an empty level.
-func (l *Limit) AdjustAt(s State, now, delta int64) (State, Decision) {
-	s = l.drainTo(s, now)
-	switch {
-	case delta > 0:
-		if delta > (maxLevel-s.Level)/l.scale {
-			s.Level = maxLevel
-		} else {
-			s.Level += delta * l.scale
-		}
-	case delta < 0:
-		if delta <= -ceilDiv(s.Level, l.scale) {
-			s.Level = 0
-		} else {
-			s.Level += delta * l.scale
-		}
-	}
-	d := Decision{Limit: l, Allowed: true}
-	l.describe(s, &d)
-	return s, d
-}
-
-// ExpiresAt returns the time (µs since the Unix epoch) at which s drains to
-// a full bucket, after which a store may forget it: a forgotten key behaves
-// exactly like s would.
-func (l *Limit) ExpiresAt(s State) int64 {
-	return s.Updated + ceilDiv(s.Level, l.drain)
-}
-
-// drainTo brings s forward to now. A clock that moves backwards is treated
-// as standing still, so no capacity is created or lost.
-func (l *Limit) drainTo(s State, now int64) State {
-	if now <= s.Updated {
-		return s
-	}
-	elapsed := now - s.Updated
-	if elapsed >= ceilDiv(s.Level, l.drain) {
-		s.Level = 0
-	} else {
-		s.Level -= elapsed * l.drain
-	}
-	s.Updated = now
-	return s
-}
-
-func (l *Limit) describe(s State, d *Decision) {
-	capacity := l.Burst() * l.scale
-	if s.Level < capacity {
-		d.Remaining = (capacity - s.Level) / l.scale
-	}
-	d.Reset = micros(ceilDiv(s.Level, l.drain))
-}
-
-func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

@@ -1,0 +1,421 @@
+package ratelimit
+
+import "time"
+
+// The algorithms as pure functions of (state, now, cost). Stores apply them
+// to their stored State; the Redis store's Lua script mirrors them and the
+// conformance suite in package storetest holds the two equal. Time is
+// integer microseconds since the Unix epoch throughout.
+
+// TakeAt applies Take's rule for one limit at now (µs since the Unix epoch):
+// it returns the state after charging cost if the cost fits, and the state
+// brought up to date but uncharged otherwise. A cost of 0 peeks. The limit
+// must be valid and cost ≥ 0.
+func (l *Limit) TakeAt(s State, now, cost int64) (State, Decision) {
+	var d Decision
+	switch l.algorithm {
+	case GCRA:
+		s, d = l.gcraTake(s, now, cost)
+	case FixedWindow, SlidingWindow:
+		s, d = l.windowTake(s, now, cost)
+	case SlidingLog:
+		s, d = l.logTake(s, now, cost)
+	default: // TokenBucket, LeakyBucket
+		s, d = l.bucketTake(s, now, cost)
+	}
+	d.Limit, d.At = l, now
+	return s, d
+}
+
+// AdjustAt applies Adjust's rule for one limit at now, for usage charged
+// now: see AdjustFrom.
+func (l *Limit) AdjustAt(s State, now, delta int64) (State, Decision) {
+	return l.AdjustFrom(s, now, 0, delta)
+}
+
+// AdjustFrom applies Adjust's rule for one limit at now, settling usage that
+// was charged at chargedAt (µs; 0 means now): delta > 0 adds usage,
+// possibly beyond capacity as debt (bounded internally, at least twice the
+// capacity; windows keep at most twice the quota), delta < 0 refunds it,
+// never below empty. Window algorithms credit a refund only to the window
+// that was charged, and drop it once that window has passed, so a refund
+// never creates capacity in a later window.
+func (l *Limit) AdjustFrom(s State, now, chargedAt, delta int64) (State, Decision) {
+	if chargedAt <= 0 || chargedAt > now {
+		chargedAt = now
+	}
+	var d Decision
+	switch l.algorithm {
+	case GCRA:
+		s, d = l.gcraAdjust(s, now, delta)
+	case FixedWindow, SlidingWindow:
+		s, d = l.windowAdjust(s, now, chargedAt, delta)
+	case SlidingLog:
+		s, d = l.logAdjust(s, now, chargedAt, delta)
+	default:
+		s, d = l.bucketAdjust(s, now, delta)
+	}
+	d.Limit, d.At, d.Allowed = l, now, true
+	return s, d
+}
+
+// ExpiresAt returns the time (µs since the Unix epoch) after which s is
+// equivalent to the zero State, so a store may forget it: a forgotten key
+// behaves exactly like s would. A state that is already equivalent to the
+// zero State may report any time up to now.
+func (l *Limit) ExpiresAt(s State) int64 {
+	switch l.algorithm {
+	case GCRA:
+		return s.Level
+	case FixedWindow:
+		if s.Level == 0 {
+			return s.Updated
+		}
+		return s.Updated + l.period.Microseconds()
+	case SlidingWindow:
+		p := l.period.Microseconds()
+		switch {
+		case s.Level > 0:
+			return s.Updated + 2*p
+		case s.Prev > 0:
+			return s.Updated + p
+		default:
+			return s.Updated
+		}
+	case SlidingLog:
+		if len(s.Log) == 0 {
+			return 0
+		}
+		return s.Log[len(s.Log)-1] + l.period.Microseconds()
+	default:
+		return s.Updated + ceilDiv(s.Level, l.drain)
+	}
+}
+
+// ---- Token bucket, leaky bucket (queue) and GCRA ----
+
+// bucketTake is the token bucket: capacity C = Burst units, refilled
+// continuously at Quota/Period. State.Level is the capacity in use, scaled
+// by scale so that refill is an integer drain per microsecond. For a
+// LeakyBucket the same state is a queue draining at the rate, and an
+// admitted request's Delay is the time until the queue ahead of it has
+// drained: its slot (the "leaky bucket as a queue" of Tanenbaum, Computer
+// Networks, §5.4).
+func (l *Limit) bucketTake(s State, now, cost int64) (State, Decision) {
+	s = l.drainTo(s, now)
+	capacity := l.Burst() * l.scale
+	var d Decision
+	switch {
+	case cost > l.Burst():
+		d.RetryAfter = RetryNever
+	case s.Level+cost*l.scale > capacity:
+		d.RetryAfter = micros(ceilDiv(s.Level+cost*l.scale-capacity, l.drain))
+	default:
+		d.Allowed = true
+		if l.algorithm == LeakyBucket {
+			d.Delay = micros(ceilDiv(s.Level, l.drain))
+		}
+		s.Level += cost * l.scale
+	}
+	l.describeBucket(s, &d)
+	return s, d
+}
+
+func (l *Limit) bucketAdjust(s State, now, delta int64) (State, Decision) {
+	s = l.drainTo(s, now)
+	switch {
+	case delta > 0:
+		if delta > (maxLevel-s.Level)/l.scale {
+			s.Level = maxLevel
+		} else {
+			s.Level += delta * l.scale
+		}
+	case delta < 0:
+		if delta <= -ceilDiv(s.Level, l.scale) {
+			s.Level = 0
+		} else {
+			s.Level += delta * l.scale
+		}
+	}
+	var d Decision
+	l.describeBucket(s, &d)
+	return s, d
+}
+
+// drainTo brings a bucket forward to now. A clock that moves backwards is
+// treated as standing still, so no capacity is created or lost.
+func (l *Limit) drainTo(s State, now int64) State {
+	if now <= s.Updated {
+		return s
+	}
+	elapsed := now - s.Updated
+	if elapsed >= ceilDiv(s.Level, l.drain) {
+		s.Level = 0
+	} else {
+		s.Level -= elapsed * l.drain
+	}
+	s.Updated = now
+	return s
+}
+
+func (l *Limit) describeBucket(s State, d *Decision) {
+	capacity := l.Burst() * l.scale
+	if s.Level < capacity {
+		d.Remaining = (capacity - s.Level) / l.scale
+	}
+	d.Reset = micros(ceilDiv(s.Level, l.drain))
+}
+
+// GCRA (ITU-T I.371 "virtual scheduling"; Brandur Leach, "Rate Limiting,
+// Cells, and GCRA", 2015) keeps one number per key, the theoretical arrival
+// time TAT. With emission interval T = Period/Quota and tolerance
+// τ = Burst×T, a cost c is admitted iff max(TAT, now) + c×T − now ≤ τ, and
+// then TAT = max(TAT, now) + c×T. That is the token bucket with
+// Level = max(0, TAT − now) (T being a whole number of microseconds, which
+// New checks for GCRA), so the two admit exactly the same requests; GCRA
+// stores one integer instead of two.
+func (l *Limit) gcraTake(s State, now, cost int64) (State, Decision) {
+	b, d := l.bucketTake(gcraBucket(s, now), now, cost)
+	return gcraState(b, now), d
+}
+
+func (l *Limit) gcraAdjust(s State, now, delta int64) (State, Decision) {
+	b, d := l.bucketAdjust(gcraBucket(s, now), now, delta)
+	return gcraState(b, now), d
+}
+
+func gcraBucket(s State, now int64) State {
+	return State{Level: max(0, s.Level-now), Updated: now}
+}
+
+func gcraState(b State, now int64) State {
+	if b.Level == 0 {
+		return State{}
+	}
+	return State{Level: now + b.Level}
+}
+
+// ---- Fixed window and sliding-window counter ----
+
+// windowStart returns the start of the window holding now: aligned to the
+// Unix epoch, or, for a fixed window aligned to the first hit, to the hit
+// that opened it. A clock that moves backwards stays in the stored window.
+func (l *Limit) windowStart(s State, now int64) int64 {
+	p := l.period.Microseconds()
+	if l.firstHit {
+		if s.Updated != 0 && now < s.Updated+p {
+			return s.Updated
+		}
+		return now
+	}
+	return max(now-now%p, s.Updated)
+}
+
+// roll moves a window state to the window starting at w.
+func (l *Limit) roll(s State, w int64) State {
+	if w == s.Updated {
+		return s
+	}
+	p := l.period.Microseconds()
+	if w == s.Updated+p {
+		s.Prev = s.Level
+	} else {
+		s.Prev = 0
+	}
+	if l.algorithm == FixedWindow {
+		s.Prev = 0
+	}
+	s.Level, s.Updated = 0, w
+	return s
+}
+
+// windowTake decides a fixed window (count ≤ Quota per window) or a
+// sliding-window counter (Cloudflare, "How we built rate limiting capable
+// of scaling to millions of domains", 2017): the previous window's count
+// weighted by the part of it still inside the sliding window, plus the
+// current count, must stay ≤ Quota. With P the period and e the time
+// elapsed in the current window, both in whole milliseconds, the rule
+// prev×(P−e)/P + cur + cost ≤ Quota is evaluated exactly as
+// prev×(P−e) + (cur+cost)×P ≤ Quota×P.
+func (l *Limit) windowTake(s State, now, cost int64) (State, Decision) {
+	w := l.windowStart(s, now)
+	s = l.roll(s, w)
+	var d Decision
+	switch {
+	case cost > l.quota:
+		d.RetryAfter = RetryNever
+	case l.windowUsed(s, now, cost) > l.quota*l.weightUnits():
+		d.RetryAfter = micros(l.windowRetry(s, now, cost))
+	default:
+		d.Allowed = true
+		s.Level += cost
+	}
+	l.describeWindow(s, now, &d)
+	return s, d
+}
+
+// weightUnits is the sliding window's period in milliseconds (1 for a
+// fixed window, which weighs nothing).
+func (l *Limit) weightUnits() int64 {
+	if l.algorithm == SlidingWindow {
+		return l.period.Milliseconds()
+	}
+	return 1
+}
+
+// windowUsed returns the usage at now, including cost, in units × weightUnits.
+func (l *Limit) windowUsed(s State, now, cost int64) int64 {
+	if l.algorithm != SlidingWindow {
+		return s.Level + cost
+	}
+	pm := l.period.Milliseconds()
+	em := max(0, now-s.Updated) / 1000
+	return s.Prev*(pm-em) + (s.Level+cost)*pm
+}
+
+// windowRetry returns the µs until cost fits (cost ≤ Quota).
+func (l *Limit) windowRetry(s State, now, cost int64) int64 {
+	p := l.period.Microseconds()
+	if l.algorithm != SlidingWindow {
+		return s.Updated + p - now
+	}
+	pm := l.period.Milliseconds()
+	// Later in this window: the previous window's weight falls as e grows;
+	// the first whole millisecond e with prev×(pm−e) ≤ (Quota−cur−cost)×pm.
+	if a := l.quota - s.Level - cost; a >= 0 && s.Prev > 0 {
+		if e := pm - a*pm/s.Prev; e < pm {
+			return s.Updated + e*1000 - now
+		}
+	}
+	// In the next window the current count becomes the previous one.
+	e := int64(0)
+	if s.Level > 0 {
+		e = max(0, pm-(l.quota-cost)*pm/s.Level)
+	}
+	return s.Updated + p + e*1000 - now
+}
+
+func (l *Limit) describeWindow(s State, now int64, d *Decision) {
+	pm := l.weightUnits()
+	if used := l.windowUsed(s, now, 0); used < l.quota*pm {
+		d.Remaining = min(l.quota, (l.quota*pm-used)/pm)
+	}
+	if exp := l.ExpiresAt(s); exp > now {
+		d.Reset = micros(exp - now)
+	}
+}
+
+// windowAdjust credits delta to the window that was charged at chargedAt:
+// the current one, or (sliding window) the previous one. Usage charged in a
+// window that has passed is no longer counted, so a refund for it is
+// dropped and an overage is charged to the current window.
+func (l *Limit) windowAdjust(s State, now, chargedAt, delta int64) (State, Decision) {
+	s = l.roll(s, l.windowStart(s, now))
+	p := l.period.Microseconds()
+	cw := chargedAt - chargedAt%p
+	if l.firstHit {
+		cw = s.Updated
+		if chargedAt < s.Updated {
+			cw = s.Updated - 1 // a previous window
+		}
+	}
+	limit := 2 * l.quota
+	switch {
+	case cw == s.Updated:
+		s.Level = clamp(s.Level+delta, 0, limit)
+	case l.algorithm == SlidingWindow && cw == s.Updated-p:
+		s.Prev = clamp(s.Prev+delta, 0, limit)
+	case delta > 0:
+		s.Level = clamp(s.Level+delta, 0, limit)
+	}
+	var d Decision
+	l.describeWindow(s, now, &d)
+	return s, d
+}
+
+// clamp bounds v to [lo, hi] without overflowing for any delta that was
+// added to a value already in range.
+func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
+
+// ---- Sliding log ----
+
+// logTake keeps one admission time per admitted unit and admits cost iff the
+// units admitted in the last Period, plus cost, are at most Quota: exact,
+// at O(Quota) memory per key (Quota is bounded by MaxLogQuota).
+func (l *Limit) logTake(s State, now, cost int64) (State, Decision) {
+	s.Log = l.logLive(s.Log, now)
+	var d Decision
+	switch {
+	case cost > l.quota:
+		d.RetryAfter = RetryNever
+	case int64(len(s.Log))+cost > l.quota:
+		// The oldest entries must expire until cost fits.
+		k := int64(len(s.Log)) + cost - l.quota
+		d.RetryAfter = micros(s.Log[k-1] + l.period.Microseconds() - now)
+	default:
+		d.Allowed = true
+		s.Log = logAppend(s.Log, now, cost)
+	}
+	l.describeLog(s, now, &d)
+	return s, d
+}
+
+func (l *Limit) logAdjust(s State, now, chargedAt, delta int64) (State, Decision) {
+	s.Log = l.logLive(s.Log, now)
+	switch {
+	case delta > 0:
+		s.Log = logAppend(s.Log, now, min(delta, 2*l.quota-int64(len(s.Log))))
+	case delta < 0:
+		// Remove the newest entries charged at or after chargedAt; older
+		// ones belong to usage the refund is not about.
+		n := len(s.Log)
+		for n > 0 && delta < 0 && s.Log[n-1] >= chargedAt {
+			n--
+			delta++
+		}
+		s.Log = s.Log[:n:n]
+	}
+	var d Decision
+	l.describeLog(s, now, &d)
+	return s, d
+}
+
+// logLive drops the entries that have left the window: an entry admitted at
+// t counts while now < t + Period.
+func (l *Limit) logLive(log []int64, now int64) []int64 {
+	p := l.period.Microseconds()
+	i := 0
+	for i < len(log) && log[i]+p <= now {
+		i++
+	}
+	if i == len(log) {
+		return nil
+	}
+	return log[i:len(log):len(log)]
+}
+
+// logAppend returns a new slice with n entries at now appended. Entries stay
+// in order even if the clock moves backwards.
+func logAppend(log []int64, now, n int64) []int64 {
+	if n <= 0 {
+		return log
+	}
+	if len(log) > 0 {
+		now = max(now, log[len(log)-1])
+	}
+	out := make([]int64, len(log), len(log)+int(n))
+	copy(out, log)
+	for range n {
+		out = append(out, now)
+	}
+	return out
+}
+
+func (l *Limit) describeLog(s State, now int64, d *Decision) {
+	d.Remaining = max(0, l.quota-int64(len(s.Log)))
+	if len(s.Log) > 0 {
+		d.Reset = micros(s.Log[len(s.Log)-1] + l.period.Microseconds() - now)
+	}
+}
+
+func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond }

@@ -1,0 +1,263 @@
+package ratelimit
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// t0 is 2026-01-01T00:00:00Z in µs: a multiple of every period used below,
+// so epoch-aligned windows start there.
+var t0 = Micros(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+
+const sec = int64(1_000_000)
+
+func TestAlgorithmValidation(t *testing.T) {
+	bad := map[string]Limit{
+		"GCRA with a fractional emission interval": Every(7, 3*time.Second).WithAlgorithm(GCRA),
+		"sliding window with a sub-ms period":      Every(10, 1500*time.Microsecond).WithAlgorithm(SlidingWindow),
+		"sliding window overflowing":               PerDay(1 << 40).WithAlgorithm(SlidingWindow),
+		"sliding log over MaxLogQuota":             PerMinute(MaxLogQuota + 1).WithAlgorithm(SlidingLog),
+		"fixed window with a separate burst":       PerMinute(10).WithBurst(5).WithAlgorithm(FixedWindow),
+		"first-hit alignment on a token bucket":    PerMinute(10).AlignToFirstHit(),
+		"window quota over 2^49":                   Every(1<<50, 1000*time.Hour).WithAlgorithm(FixedWindow),
+	}
+	for name, l := range bad {
+		assert.ErrorIs(t, l.Err(), ErrInvalidLimit, name)
+	}
+	for _, l := range []Limit{
+		PerSecond(10).WithAlgorithm(GCRA), PerDay(100_000).WithAlgorithm(GCRA),
+		Every(7, 3*time.Second).WithAlgorithm(LeakyBucket),
+		PerDay(100_000).WithAlgorithm(SlidingWindow),
+		PerMinute(MaxLogQuota).WithAlgorithm(SlidingLog),
+		PerMinute(10).WithBurst(10).WithAlgorithm(FixedWindow).AlignToFirstHit(),
+	} {
+		assert.NoError(t, l.Err(), l.String())
+	}
+	assert.NotEqual(t, PerMinute(10).WithAlgorithm(FixedWindow).ID(),
+		PerMinute(10).WithAlgorithm(FixedWindow).AlignToFirstHit().ID())
+}
+
+// GCRA stores one number but must admit exactly what the token bucket does:
+// drive both with the same random sequence and compare every decision.
+func TestGCRAEqualsTokenBucket(t *testing.T) {
+	for _, base := range []Limit{PerSecond(10).WithBurst(50), PerMinute(60), PerDay(100_000).WithBurst(20_000), Every(3, 3*time.Microsecond)} {
+		tb, gc := base, base.WithAlgorithm(GCRA)
+		require.NoError(t, gc.Err())
+		rng := rand.New(rand.NewPCG(1, 2))
+		var stb, sgc State
+		now := t0
+		for step := range 5000 {
+			now += rng.Int64N(3 * base.Period().Microseconds() / base.Quota())
+			if rng.IntN(10) == 0 {
+				delta := rng.Int64N(2*base.Burst()) - base.Burst()
+				var dtb, dgc Decision
+				stb, dtb = tb.AdjustAt(stb, now, delta)
+				sgc, dgc = gc.AdjustAt(sgc, now, delta)
+				dtb.Limit, dgc.Limit = nil, nil
+				require.Equal(t, dtb, dgc, "%v step %d adjust %d", base, step, delta)
+				continue
+			}
+			cost := rng.Int64N(base.Burst()/4 + 2)
+			var dtb, dgc Decision
+			stb, dtb = tb.TakeAt(stb, now, cost)
+			sgc, dgc = gc.TakeAt(sgc, now, cost)
+			dtb.Limit, dgc.Limit = nil, nil
+			require.Equal(t, dtb, dgc, "%v step %d cost %d", base, step, cost)
+			assert.Zero(t, sgc.Updated, "GCRA keeps one number")
+		}
+	}
+}
+
+// A burst of 100 requests through a leaky bucket of 100/min: every one is
+// queued, the i-th at i × 600 ms, so no 60 s span holds more than 100.
+func TestLeakyBucketSmoothsABurst(t *testing.T) {
+	l := PerMinute(100).WithAlgorithm(LeakyBucket)
+	var s State
+	var sends []int64
+	for i := range 100 {
+		var d Decision
+		s, d = l.TakeAt(s, t0, 1)
+		require.True(t, d.Allowed, "request %d", i)
+		assert.Equal(t, time.Duration(i)*600*time.Millisecond, d.Delay, "request %d", i)
+		sends = append(sends, t0+d.Delay.Microseconds())
+	}
+	_, d := l.TakeAt(s, t0, 1)
+	assert.False(t, d.Allowed, "the queue holds Burst = 100 units")
+	assert.Equal(t, 600*time.Millisecond, d.RetryAfter)
+	assert.Zero(t, d.Delay)
+	for i := range sends {
+		n := 0
+		for _, u := range sends[i:] {
+			if u < sends[i]+60*sec {
+				n++
+			}
+		}
+		assert.LessOrEqual(t, n, 100)
+	}
+	// 30 s later half the queue has drained: the next request waits for
+	// the 50 still ahead of it.
+	_, d = l.TakeAt(s, t0+30*sec, 1)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, 30*time.Second, d.Delay)
+}
+
+// The fixed window's known flaw, demonstrated: 100/min admits 100 in the
+// last 100 ms of one window and 100 more in the first instant of the next:
+// 200 within 100 ms.
+func TestFixedWindowBoundaryBurst(t *testing.T) {
+	l := PerMinute(100).WithAlgorithm(FixedWindow)
+	var s State
+	late := t0 + 59_900_000
+	admitted := 0
+	for range 150 {
+		var d Decision
+		s, d = l.TakeAt(s, late, 1)
+		if d.Allowed {
+			admitted++
+		} else {
+			assert.Equal(t, 100*time.Millisecond, d.RetryAfter, "until the window at t0+60s")
+			assert.Equal(t, 100*time.Millisecond, d.Reset)
+		}
+	}
+	for range 150 {
+		var d Decision
+		s, d = l.TakeAt(s, t0+60*sec, 1)
+		if d.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 200, admitted, "2× the quota within 100 ms")
+	_, d := l.TakeAt(s, t0+60*sec, 101)
+	assert.True(t, d.Never())
+}
+
+func TestFixedWindowFirstHit(t *testing.T) {
+	l := PerMinute(2).WithAlgorithm(FixedWindow).AlignToFirstHit()
+	first := t0 + 17*sec
+	s, d := l.TakeAt(State{}, first, 1)
+	require.True(t, d.Allowed)
+	assert.Equal(t, 60*time.Second, d.Reset, "the window opened at the first hit")
+	s, _ = l.TakeAt(s, first+10*sec, 1)
+	_, d = l.TakeAt(s, first+10*sec, 1)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 50*time.Second, d.RetryAfter)
+	s, d = l.TakeAt(s, first+60*sec, 1)
+	assert.True(t, d.Allowed, "a new window opens at the first hit after the last one closed")
+	assert.Equal(t, first+60*sec, s.Updated)
+}
+
+// The sliding-window counter: 100 counted in the previous window, 30 s
+// into this one the previous window still weighs 100 × 30/60 = 50, so 50
+// more fit. The 51st needs prev×(60000−e) ≤ (100−50−1)×60000, so
+// e ≥ 60000 − 29400 = 30600 ms: 600 ms from now.
+func TestSlidingWindowCounter(t *testing.T) {
+	l := PerMinute(100).WithAlgorithm(SlidingWindow)
+	var s State
+	for range 100 {
+		s, _ = l.TakeAt(s, t0+10*sec, 1)
+	}
+	now := t0 + 90*sec
+	admitted := 0
+	var last Decision
+	for range 60 {
+		var d Decision
+		s, d = l.TakeAt(s, now, 1)
+		if d.Allowed {
+			admitted++
+		} else {
+			last = d
+		}
+	}
+	assert.Equal(t, 50, admitted)
+	assert.Equal(t, 600*time.Millisecond, last.RetryAfter)
+	assert.Equal(t, int64(0), last.Remaining)
+	assert.Equal(t, 90*time.Second, last.Reset, "the current count weighs until t0+180s")
+	_, d := l.TakeAt(s, now+600_000, 1)
+	assert.True(t, d.Allowed)
+
+	// Nothing in this window fits 50 units (prev would have to weigh 0);
+	// in the next one the 50 counted now weigh 50 × (60000−e)/60000 and
+	// 50 + that ≤ 100 holds from e = 0: retry at t0+120s.
+	_, d = l.TakeAt(s, now, 50)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 30*time.Second, d.RetryAfter)
+}
+
+func TestSlidingLog(t *testing.T) {
+	l := Every(3, 10*time.Second).WithAlgorithm(SlidingLog)
+	var s State
+	for i := range int64(3) {
+		var d Decision
+		s, d = l.TakeAt(s, t0+i*sec, 1)
+		require.True(t, d.Allowed)
+	}
+	_, d := l.TakeAt(s, t0+5*sec, 1)
+	assert.False(t, d.Allowed)
+	assert.Equal(t, 5*time.Second, d.RetryAfter, "the entry at t0 leaves the window at t0+10s")
+	assert.Equal(t, 7*time.Second, d.Reset, "the newest entry (t0+2s) leaves at t0+12s")
+	_, d = l.TakeAt(s, t0+5*sec, 2)
+	assert.Equal(t, 6*time.Second, d.RetryAfter, "two entries must leave: t0+1s leaves at t0+11s")
+	orig := append([]int64(nil), s.Log...)
+	s2, d := l.TakeAt(s, t0+10*sec, 1)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, []int64{t0 + 1*sec, t0 + 2*sec, t0 + 10*sec}, s2.Log)
+	assert.Equal(t, orig, s.Log, "the input state's log is never modified")
+
+	// A refund removes only entries charged at or after the charge time.
+	s3, d := l.AdjustFrom(s2, t0+10*sec, t0+2*sec, -5)
+	assert.Equal(t, []int64{t0 + 1*sec}, s3.Log)
+	assert.Equal(t, int64(2), d.Remaining)
+}
+
+// Refunds land in the window that was charged and never create capacity in
+// a later one.
+func TestWindowRefunds(t *testing.T) {
+	fixed := PerMinute(10).WithAlgorithm(FixedWindow)
+	s, d := fixed.TakeAt(State{}, t0+50*sec, 8)
+	charged := d.At
+	s, d = fixed.AdjustFrom(s, t0+55*sec, charged, -5)
+	assert.Equal(t, int64(7), d.Remaining, "same window: refunded")
+	s, _ = fixed.AdjustFrom(s, t0+55*sec, charged, 5) // charge it back: 8 used
+	s, d = fixed.AdjustFrom(s, t0+65*sec, charged, -8)
+	assert.Equal(t, int64(10), d.Remaining, "the charged window has closed: nothing to credit")
+	_, d = fixed.AdjustFrom(s, t0+65*sec, charged, 3)
+	assert.Equal(t, int64(7), d.Remaining, "an overage for a closed window is charged to the current one")
+
+	sliding := PerMinute(10).WithAlgorithm(SlidingWindow)
+	s, _ = sliding.TakeAt(State{}, t0+50*sec, 8)
+	s, d = sliding.AdjustFrom(s, t0+90*sec, t0+50*sec, -6)
+	// prev 2, weighted 2 × 30/60 = 1 → 9 remaining; the refund went to the
+	// previous window, not the current one.
+	assert.Equal(t, int64(9), d.Remaining)
+	assert.Equal(t, int64(2), s.Prev)
+	assert.Equal(t, int64(0), s.Level)
+	_, d = sliding.AdjustFrom(s, t0+150*sec, t0+50*sec, -2)
+	assert.Equal(t, int64(10), d.Remaining)
+}
+
+// Every algorithm answers a cost above its capacity with RetryNever and
+// charges nothing; a cost-0 peek never charges.
+func TestAllAlgorithmsNeverAndPeek(t *testing.T) {
+	for _, a := range []Algorithm{TokenBucket, GCRA, LeakyBucket, SlidingWindow, SlidingLog, FixedWindow} {
+		l := PerMinute(60).WithAlgorithm(a)
+		require.NoError(t, l.Err(), a.String())
+		s, d := l.TakeAt(State{}, t0, 61)
+		assert.True(t, d.Never(), a.String())
+		assert.Equal(t, int64(60), d.Remaining, a.String())
+		s, d = l.TakeAt(s, t0, 0)
+		assert.True(t, d.Allowed, a.String())
+		assert.Equal(t, int64(60), d.Remaining, a.String())
+		assert.LessOrEqual(t, l.ExpiresAt(s), t0, "%v: a peek leaves nothing to store", a)
+		s, d = l.TakeAt(s, t0, 60)
+		assert.True(t, d.Allowed, a.String())
+		assert.Equal(t, int64(0), d.Remaining, a.String())
+		_, d = l.TakeAt(s, t0, 1)
+		assert.False(t, d.Allowed, a.String())
+		assert.Positive(t, d.RetryAfter, a.String())
+		assert.Greater(t, l.ExpiresAt(s), t0, a.String())
+	}
+}

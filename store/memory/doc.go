@@ -1,0 +1,60 @@
+// Package memory is a ratelimit.Store that keeps its state in the memory of
+// one process: fast, bounded, and forgotten on restart. Use it for a single
+// instance, for tests, or as the local fallback when a shared store fails;
+// use store/redis when several processes must share one limit.
+//
+// # Decisions
+//
+// Take and Adjust apply the pure functions (*ratelimit.Limit).TakeAt,
+// AdjustAt and ExpiresAt to the stored state, so the memory store and the
+// Redis store compute the same integers. A stacked call locks every shard it
+// touches (in ascending shard order, so concurrent calls cannot deadlock),
+// evaluates all its requests, and commits either all charges or none. The
+// state of one key under all its limits lives in one shard, so the common
+// stack of several limits on one key takes one lock. A decision on an
+// existing key allocates nothing for stacks of up to 8 requests.
+//
+// # Memory, expiry and sweeping
+//
+// An entry is one (key, limit) pair. It expires when its bucket is full
+// again (its Reset has elapsed); an expired entry behaves exactly like an
+// absent one and is deleted when next read. There is no background
+// goroutine: inserting a new entry into a shard sweeps that shard (deletes
+// its expired entries) when it was last swept more than a minute ago by the
+// store's clock, or when the shard is full and was last swept more than a
+// second ago. A sweep holds the shard's lock for a scan of its entries
+// (MaxKeys/shards of them at most, 16,384 by default).
+//
+// The number of entries never exceeds MaxKeys (WithMaxKeys, default
+// 1,048,576). The cap is divided evenly between the shards, so eviction can
+// start in one shard slightly before the store as a whole holds MaxKeys
+// entries. Len reports the number of entries held, expired ones included
+// until they are swept.
+//
+// # Eviction policy and threat model
+//
+// When a new entry must go into a full shard that a sweep could not thin,
+// the store samples 8 entries of that shard and evicts the one that expires
+// earliest: the one closest to a full bucket, whose loss forgives the least
+// usage. An evicted key starts afresh, with a full bucket, when next seen.
+//
+// The threat is a client that controls its key, for example by rotating
+// API keys or IPv6 addresses, and creates entries at will. An unbounded
+// store lets it exhaust memory. A least-recently-used bound lets it push out
+// the state of the heaviest real users, forgiving their usage and resetting
+// their limits: a cheap way to lift anyone's limit. Under this policy the
+// attacker's own entries, which each hold a request's worth of usage and
+// expire soon, are evicted first; a key that is near its limit or in debt
+// expires late and is evicted last. To push out a user's entry the attacker
+// must make the other sampled entries expire later than it, that is, spend
+// more on each of its keys than that user has spent, and even then the
+// loss is at most that user's usage. Sampling makes the choice approximate
+// and cheap: eviction costs a handful of map reads, never a scan.
+//
+// Eviction is a safety valve, not a working mode: size MaxKeys above the
+// number of (key, limit) pairs active within the longest Reset of your
+// limits. An entry takes about 150 bytes with short keys (see
+// BenchmarkMemoryPerKey), so the default cap bounds the store near 160 MB.
+// Memory stays at its high-water mark: the space of deleted entries is
+// reused for new ones, not returned.
+package memory

@@ -1,0 +1,275 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"time"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// stackN is the longest stack of requests decided without allocating.
+const stackN = 8
+
+// Store is a sharded, bounded, in-process ratelimit.Store. Build it with
+// New; it is safe for concurrent use.
+type Store struct {
+	wall   func() time.Time // WithClock's clock, or nil for the default
+	base   time.Time        // the default clock's origin, with a monotonic reading
+	baseUS int64            // base in µs since the Unix epoch
+	seed   maphash.Seed
+	mask   uint64
+	shards []shard
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New returns an empty store configured by opts. It returns an error
+// wrapping ErrInvalidOption if an option is invalid.
+func New(opts ...Option) (*Store, error) {
+	c := config{maxKeys: DefaultMaxKeys, shards: DefaultShards}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	n := c.shards
+	if floor := 1 << (bits.Len(uint(c.maxKeys)) - 1); n > floor {
+		n = floor // every shard must hold at least one entry
+	}
+	s := &Store{wall: c.now, seed: maphash.MakeSeed(), mask: uint64(n - 1), shards: make([]shard, n)}
+	if s.wall == nil {
+		s.base = time.Now()
+		s.baseUS = ratelimit.Micros(s.base)
+	}
+	for i := range s.shards {
+		// Split the cap exactly: the first maxKeys%n shards hold one more.
+		s.shards[i].max = c.maxKeys / n
+		if i < c.maxKeys%n {
+			s.shards[i].max++
+		}
+		s.shards[i].index = make(map[entryKey]int)
+	}
+	return s, nil
+}
+
+// Len returns the number of stored (key, limit) entries, at most MaxKeys.
+// Expired entries count until they are swept or read.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.index)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Close releases nothing and returns nil; it exists so that stores can be
+// closed alike. The store remains usable.
+func (s *Store) Close() error { return nil }
+
+// Take implements ratelimit.Store: it decides reqs atomically, charging all
+// or none. Requests for the same key and limit within one call apply in
+// order. When the call is refused, every Decision's Remaining and Reset
+// describe the stored, uncharged state. It returns ctx.Err() if ctx is already done, and an error wrapping
+// ratelimit.ErrInvalidRequest for a malformed call; in both cases nothing is
+// charged.
+func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	return s.do(ctx, reqs, out, true)
+}
+
+// Adjust implements ratelimit.Store: it charges (Cost > 0) or refunds
+// (Cost < 0) every request without a check, in order. It returns ctx.Err()
+// if ctx is already done, and an error wrapping ratelimit.ErrInvalidRequest
+// for a malformed call; in both cases nothing is charged.
+func (s *Store) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	return s.do(ctx, reqs, out, false)
+}
+
+func (s *Store) do(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision, take bool) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ratelimit.ErrInvalidRequest)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := ratelimit.CheckRequests(reqs, out, take); err != nil {
+		return err
+	}
+	switch len(reqs) {
+	case 0:
+		return nil
+	case 1:
+		s.one(&reqs[0], &out[0], s.micros(), take)
+		return nil
+	}
+	s.many(reqs, out, s.micros(), take)
+	return nil
+}
+
+// micros reads the store's clock in µs since the Unix epoch. The default
+// clock is the wall time at New plus the monotonic time elapsed since: it
+// reads one clock instead of time.Now's two, and steps of the wall clock
+// (NTP, an operator) neither refill nor freeze buckets.
+func (s *Store) micros() int64 {
+	if s.wall != nil {
+		return ratelimit.Micros(s.wall())
+	}
+	return s.baseUS + time.Since(s.base).Microseconds()
+}
+
+// shardOf returns the index of the shard that holds key's entries. All
+// limits of one key share a shard, so a stack on one key takes one lock.
+func (s *Store) shardOf(key string) uint32 {
+	if s.mask == 0 {
+		return 0
+	}
+	return uint32(maphash.String(s.seed, key) & s.mask)
+}
+
+// one decides a single request: the common case, with no bookkeeping.
+func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, now int64, take bool) {
+	k := entryKey{r.Key, r.Limit.ID()}
+	sh := &s.shards[s.shardOf(r.Key)]
+	sh.mu.Lock()
+	slot, st := sh.get(k, now)
+	var dec ratelimit.Decision
+	if take {
+		st, dec = r.Limit.TakeAt(st, now, r.Cost)
+	} else {
+		st, dec = r.Limit.AdjustAt(st, now, r.Cost)
+	}
+	if dec.Allowed && r.Cost != 0 {
+		sh.put(k, slot, st, r.Limit.ExpiresAt(st), now, nil)
+	}
+	sh.mu.Unlock()
+	*d = dec
+}
+
+// many decides a stack of requests atomically.
+func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int64, take bool) {
+	n := len(reqs)
+	// Scratch space on the stack for up to stackN requests.
+	var (
+		keysA   [stackN]entryKey
+		shardA  [stackN]uint32
+		slotA   [stackN]int32
+		origA   [stackN]ratelimit.State
+		workA   [stackN]ratelimit.State
+		slotsA  [stackN]int
+		dirtyA  [stackN]bool
+		lockedA [stackN]uint32
+	)
+	keys := fit(keysA[:], n)
+	shardIdx := fit(shardA[:], n)
+	// slot[i] is the index of the first request for the same entry as
+	// request i; orig, work, stored and dirty are indexed by slot.
+	// stored[i] is the entry's slot in its shard, or -1.
+	slot := fit(slotA[:], n)
+	orig := fit(origA[:], n)
+	work := fit(workA[:], n)
+	stored := fit(slotsA[:], n)
+	dirty := fit(dirtyA[:], n)
+	locked := lockedA[:0]
+
+	var index map[entryKey]int32 // finds duplicates in long stacks
+	if n > 4*stackN {
+		index = make(map[entryKey]int32, n)
+	}
+	for i := range reqs {
+		keys[i] = entryKey{reqs[i].Key, reqs[i].Limit.ID()}
+		shardIdx[i] = s.shardOf(reqs[i].Key)
+		locked = insertSorted(locked, shardIdx[i])
+		slot[i] = int32(i)
+		if index != nil {
+			if j, dup := index[keys[i]]; dup {
+				slot[i] = j
+			} else {
+				index[keys[i]] = int32(i)
+			}
+			continue
+		}
+		for j := range i {
+			if slot[j] == int32(j) && keys[j] == keys[i] {
+				slot[i] = int32(j)
+				break
+			}
+		}
+	}
+
+	// Lock in ascending shard order: two calls that share shards acquire
+	// them in the same order and cannot deadlock.
+	for _, idx := range locked {
+		s.shards[idx].mu.Lock()
+	}
+
+	all := true
+	for i := range reqs {
+		r := &reqs[i]
+		j := slot[i]
+		if j == int32(i) {
+			stored[i], orig[i] = s.shards[shardIdx[i]].get(keys[i], now)
+			work[i] = orig[i]
+		}
+		if take {
+			work[j], out[i] = r.Limit.TakeAt(work[j], now, r.Cost)
+			all = all && out[i].Allowed
+		} else {
+			work[j], out[i] = r.Limit.AdjustAt(work[j], now, r.Cost)
+		}
+		if r.Cost != 0 {
+			dirty[j] = true
+		}
+	}
+
+	if all {
+		for i := range reqs {
+			if slot[i] == int32(i) && dirty[i] {
+				// The call's own keys are protected from eviction: an
+				// entry charged (or about to be) in this commit must
+				// not be lost by it.
+				s.shards[shardIdx[i]].put(keys[i], stored[i], work[i], reqs[i].Limit.ExpiresAt(work[i]), now, keys)
+			}
+		}
+	} else {
+		// Nothing is charged, so every decision reports the stored state.
+		for i := range reqs {
+			_, p := reqs[i].Limit.TakeAt(orig[slot[i]], now, 0)
+			out[i].Remaining, out[i].Reset = p.Remaining, p.Reset
+		}
+	}
+
+	for _, idx := range locked {
+		s.shards[idx].mu.Unlock()
+	}
+}
+
+// fit returns buf[:n] if it is long enough, otherwise a new slice.
+func fit[T any](buf []T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
+}
+
+// insertSorted inserts v into the ascending, duplicate-free s.
+func insertSorted(s []uint32, v uint32) []uint32 {
+	i := len(s)
+	for i > 0 && s[i-1] > v {
+		i--
+	}
+	if i > 0 && s[i-1] == v {
+		return s
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}

@@ -1,0 +1,433 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/store/storetest"
+)
+
+// fakeClock is a clock tests set by hand.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *fakeClock) Set(t time.Time)     { c.ns.Store(t.UnixNano()) }
+func (c *fakeClock) Add(d time.Duration) { c.ns.Add(int64(d)) }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newTestStore returns a store on a fake clock set to t0.
+func newTestStore(t testing.TB, opts ...Option) (*Store, *fakeClock) {
+	t.Helper()
+	c := &fakeClock{}
+	c.Set(t0)
+	s, err := New(append([]Option{WithClock(c.Now)}, opts...)...)
+	require.NoError(t, err)
+	return s, c
+}
+
+func TestConformance(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"default", nil},
+		{"one shard", []Option{WithShards(1)}},
+		{"1024 shards", []Option{WithShards(1024)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, func(t *testing.T) storetest.Harness {
+				s, c := newTestStore(t, tc.opts...)
+				return storetest.Harness{Store: s, SetTime: c.Set}
+			})
+		})
+	}
+}
+
+func TestNewOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"nil clock", []Option{WithClock(nil)}},
+		{"zero max keys", []Option{WithMaxKeys(0)}},
+		{"negative max keys", []Option{WithMaxKeys(-1)}},
+		{"zero shards", []Option{WithShards(0)}},
+		{"negative shards", []Option{WithShards(-2)}},
+		{"shards not a power of two", []Option{WithShards(3)}},
+		{"too many shards", []Option{WithShards(MaxShards * 2)}},
+		{"nil option", []Option{nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(tc.opts...)
+			assert.ErrorIs(t, err, ErrInvalidOption)
+			assert.Nil(t, s)
+		})
+	}
+
+	// Valid configurations: the shard count is capped by the largest
+	// power of two not above MaxKeys, and the shard caps add up to MaxKeys.
+	for _, tc := range []struct {
+		name                string
+		opts                []Option
+		wantShards, wantCap int
+	}{
+		{"defaults", nil, DefaultShards, DefaultMaxKeys},
+		{"one shard", []Option{WithShards(1)}, 1, DefaultMaxKeys},
+		{"max shards", []Option{WithShards(MaxShards)}, MaxShards, DefaultMaxKeys},
+		{"one key", []Option{WithMaxKeys(1)}, 1, 1},
+		{"100 keys, 64 shards", []Option{WithMaxKeys(100)}, 64, 100},
+		{"63 keys → 32 shards", []Option{WithMaxKeys(63)}, 32, 63},
+		{"10,007 keys", []Option{WithMaxKeys(10_007), WithShards(16)}, 16, 10_007},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := New(tc.opts...)
+			require.NoError(t, err)
+			require.Len(t, s.shards, tc.wantShards)
+			total, lo, hi := 0, s.shards[0].max, s.shards[0].max
+			for i := range s.shards {
+				m := s.shards[i].max
+				total += m
+				lo, hi = min(lo, m), max(hi, m)
+			}
+			assert.Equal(t, tc.wantCap, total, "shard caps add up to MaxKeys")
+			assert.LessOrEqual(t, hi-lo, 1, "caps are even")
+			assert.GreaterOrEqual(t, lo, 1, "every shard holds an entry")
+			assert.NoError(t, s.Close())
+		})
+	}
+}
+
+func TestNilContext(t *testing.T) {
+	s, _ := newTestStore(t)
+	l := ratelimit.PerSecond(1)
+	var ctx context.Context
+	out := make([]ratelimit.Decision, 1)
+	assert.ErrorIs(t, s.Take(ctx, []ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, out), ratelimit.ErrInvalidRequest)
+	assert.ErrorIs(t, s.Adjust(ctx, []ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, out), ratelimit.ErrInvalidRequest)
+}
+
+func take(t testing.TB, s *Store, reqs ...ratelimit.Request) []ratelimit.Decision {
+	t.Helper()
+	out := make([]ratelimit.Decision, len(reqs))
+	require.NoError(t, s.Take(context.Background(), reqs, out))
+	return out
+}
+
+func remaining(t testing.TB, s *Store, key string, l *ratelimit.Limit) int64 {
+	t.Helper()
+	return take(t, s, ratelimit.Request{Key: key, Limit: l})[0].Remaining
+}
+
+// shardLensWithinCaps checks the cap shard by shard.
+func shardLensWithinCaps(t *testing.T, s *Store) {
+	t.Helper()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n, m := len(sh.index), sh.max
+		sh.mu.Unlock()
+		require.LessOrEqual(t, n, m, "shard %d", i)
+	}
+}
+
+func TestCapHolds(t *testing.T) {
+	const maxKeys, keys = 10_000, 200_000
+	s, _ := newTestStore(t, WithMaxKeys(maxKeys))
+	l := ratelimit.PerDay(1000)
+	// A heavy user has spent 900 of 1000: its entry expires in
+	// 900 × 86.4s, much later than the flood's entries, which hold one
+	// unit each (86.4s). Eviction takes the earliest-expiring entry of
+	// every sample, and every sample of the victim's shard (which holds
+	// 10,000/64 ≈ 156 entries) includes flood entries, so the flood can
+	// never push the victim out.
+	take(t, s, ratelimit.Request{Key: "victim", Limit: &l, Cost: 900})
+	for i := range keys {
+		d := take(t, s, ratelimit.Request{Key: fmt.Sprintf("flood-%d", i), Limit: &l, Cost: 1})
+		require.True(t, d[0].Allowed)
+		if i%1000 == 999 {
+			require.LessOrEqual(t, s.Len(), maxKeys, "after %d keys", i+1)
+		}
+	}
+	shardLensWithinCaps(t, s)
+	// Every shard received far more than its cap (about 3,125 new keys for
+	// a cap of about 156) and nothing expires on a stopped clock, so every
+	// shard is exactly full.
+	assert.Equal(t, maxKeys, s.Len())
+	assert.Equal(t, int64(100), remaining(t, s, "victim", &l), "the heavy user's state survived the flood")
+}
+
+func TestEvictionPicksEarliestExpiring(t *testing.T) {
+	// One shard of 8 entries: eviction samples all of them, so it must
+	// evict exactly the earliest-expiring entry.
+	s, _ := newTestStore(t, WithShards(1), WithMaxKeys(8))
+	l := ratelimit.PerSecond(1).WithBurst(100) // one unit refills in 1s
+	// Costs in seconds until each entry expires. "d" expires first but is
+	// inserted last and touched again last, so neither FIFO nor LRU would
+	// pick it.
+	costs := []struct {
+		key  string
+		cost int64
+	}{{"a", 5}, {"b", 3}, {"c", 8}, {"e", 7}, {"f", 6}, {"g", 9}, {"h", 4}, {"d", 1}}
+	for _, c := range costs {
+		take(t, s, ratelimit.Request{Key: c.key, Limit: &l, Cost: c.cost})
+	}
+	take(t, s, ratelimit.Request{Key: "d", Limit: &l, Cost: 0}) // touch
+	require.Equal(t, 8, s.Len())
+
+	take(t, s, ratelimit.Request{Key: "new1", Limit: &l, Cost: 50})
+	assert.Equal(t, 8, s.Len())
+	// "d" (1s) went; peeking does not store it again.
+	assert.Equal(t, int64(100), remaining(t, s, "d", &l), "d evicted")
+	for _, k := range []string{"a", "b", "c", "e", "f", "g", "h"} {
+		assert.Less(t, remaining(t, s, k, &l), int64(100), "%s kept", k)
+	}
+	// Next earliest: "b" (3s).
+	take(t, s, ratelimit.Request{Key: "new2", Limit: &l, Cost: 50})
+	assert.Equal(t, int64(100), remaining(t, s, "b", &l), "b evicted")
+	assert.Equal(t, int64(95), remaining(t, s, "a", &l), "a kept")
+	assert.Equal(t, 8, s.Len())
+}
+
+func TestEvictionSparesTheCallsOwnEntries(t *testing.T) {
+	l := ratelimit.PerSecond(1).WithBurst(100)
+	req := func(k string, cost int64) ratelimit.Request { return ratelimit.Request{Key: k, Limit: &l, Cost: cost} }
+
+	// Two entries fit. A stack of two new keys evicts the two old ones
+	// and keeps both of its own: the second insertion must not evict the
+	// first.
+	s, _ := newTestStore(t, WithShards(1), WithMaxKeys(2))
+	take(t, s, req("a", 1), req("b", 1))
+	take(t, s, req("c", 10), req("d", 20))
+	assert.Equal(t, 2, s.Len())
+	assert.Equal(t, int64(90), remaining(t, s, "c", &l))
+	assert.Equal(t, int64(80), remaining(t, s, "d", &l))
+
+	// One entry fits and the call needs two: the cap holds; the second
+	// entry cannot be kept, so that key starts afresh.
+	s, _ = newTestStore(t, WithShards(1), WithMaxKeys(1))
+	out := take(t, s, req("a", 10), req("b", 20))
+	assert.True(t, out[0].Allowed && out[1].Allowed)
+	assert.Equal(t, 1, s.Len())
+	assert.Equal(t, int64(90), remaining(t, s, "a", &l))
+	assert.Equal(t, int64(100), remaining(t, s, "b", &l))
+}
+
+func TestSweepForgetsExpired(t *testing.T) {
+	l := ratelimit.PerSecond(1).WithBurst(10) // cost 1 expires after 1s
+	req := func(k string) ratelimit.Request { return ratelimit.Request{Key: k, Limit: &l, Cost: 1} }
+
+	t.Run("interval", func(t *testing.T) {
+		s, c := newTestStore(t, WithShards(1))
+		// The first insertion sweeps the empty shard: last sweep at t0.
+		for i := range 100 {
+			take(t, s, req(fmt.Sprint("k", i)))
+		}
+		require.Equal(t, 100, s.Len())
+		// 2s later every entry has expired, but the last sweep was only
+		// 2s ago: a new entry is added and the old ones stay (counted by
+		// Len) until read or swept.
+		c.Set(t0.Add(2 * time.Second))
+		take(t, s, req("new"))
+		assert.Equal(t, 101, s.Len())
+		// Reading an expired entry finds a fresh key and deletes it.
+		assert.Equal(t, int64(10), remaining(t, s, "k0", &l))
+		assert.Equal(t, 100, s.Len())
+		// One minute after the last sweep, the next insertion sweeps:
+		// k1..k99 and "new" (expired at 3s) go; only "new2" remains.
+		c.Set(t0.Add(time.Minute))
+		take(t, s, req("new2"))
+		assert.Equal(t, 1, s.Len())
+	})
+
+	t.Run("full shard", func(t *testing.T) {
+		s, c := newTestStore(t, WithShards(1), WithMaxKeys(100))
+		for i := range 100 {
+			take(t, s, req(fmt.Sprint("k", i)))
+		}
+		require.Equal(t, 100, s.Len())
+		// 500ms later the shard is full of live entries and was swept
+		// less than 1s ago: one entry is evicted instead.
+		c.Set(t0.Add(500 * time.Millisecond))
+		take(t, s, req("x"))
+		assert.Equal(t, 100, s.Len())
+		// At 2s every entry, "x" (expired at 1.5s) included, has
+		// expired and the full shard was swept more than 1s ago: the
+		// insertion sweeps instead of evicting.
+		c.Set(t0.Add(2 * time.Second))
+		take(t, s, req("y"))
+		assert.Equal(t, 1, s.Len())
+	})
+
+	t.Run("peeks and refunds store nothing", func(t *testing.T) {
+		s, _ := newTestStore(t)
+		take(t, s, ratelimit.Request{Key: "p", Limit: &l, Cost: 0})
+		out := make([]ratelimit.Decision, 1)
+		require.NoError(t, s.Adjust(context.Background(), []ratelimit.Request{{Key: "r", Limit: &l, Cost: -5}}, out))
+		assert.Equal(t, 0, s.Len())
+		// Refunding everything deletes the entry: it is full again.
+		take(t, s, req("k"))
+		require.Equal(t, 1, s.Len())
+		require.NoError(t, s.Adjust(context.Background(), []ratelimit.Request{{Key: "k", Limit: &l, Cost: -1}}, out))
+		assert.Equal(t, 0, s.Len())
+	})
+}
+
+// TestLongStacks covers stacks longer than the stack-allocated scratch space
+// and than the linear duplicate search.
+func TestLongStacks(t *testing.T) {
+	l := ratelimit.Every(30, 30*time.Second) // burst 30, one unit per second
+	for _, n := range []int{stackN + 1, 4*stackN + 1, 100} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			s, _ := newTestStore(t)
+			// n requests of 1 on one entry. If n ≤ 30 all fit and the
+			// i-th leaves 29-i units and a level of i+1 units (i+1
+			// seconds). Otherwise the first 30 fill the working copy;
+			// each later one is refused, charges nothing, and so sees the
+			// same level of 30 units, one unit (1s) too many; nothing is
+			// committed and every decision reports the full bucket.
+			reqs := make([]ratelimit.Request, n)
+			for i := range reqs {
+				reqs[i] = ratelimit.Request{Key: "same", Limit: &l, Cost: 1}
+			}
+			out := take(t, s, reqs...)
+			for i, d := range out {
+				want := ratelimit.Decision{Limit: &l, Allowed: true, Remaining: int64(29 - i), Reset: time.Duration(i+1) * time.Second}
+				if n > 30 {
+					want = ratelimit.Decision{Limit: &l, Allowed: i < 30, Remaining: 30}
+					if i >= 30 {
+						want.RetryAfter = time.Second
+					}
+				}
+				want.At = d.At // the store's clock, checked by the conformance suite
+				assert.Equal(t, want, d, "decision %d", i)
+			}
+			wantSame := int64(30)
+			if n <= 30 {
+				wantSame = int64(30 - n)
+			}
+			assert.Equal(t, wantSame, remaining(t, s, "same", &l))
+
+			// n requests of 1 over n/2+1 keys, request i on key
+			// i mod (n/2+1): key i appears twice if i+n/2+1 < n (28
+			// left), otherwise once (29 left). All fit and commit.
+			for i := range reqs {
+				reqs[i] = ratelimit.Request{Key: fmt.Sprint("k", i%(n/2+1)), Limit: &l, Cost: 1}
+			}
+			out = take(t, s, reqs...)
+			for i, d := range out {
+				require.True(t, d.Allowed, "decision %d", i)
+			}
+			for i := range n/2 + 1 {
+				want := int64(28)
+				if i+n/2+1 >= n {
+					want = 29
+				}
+				assert.Equal(t, want, remaining(t, s, fmt.Sprint("k", i), &l), "k%d", i)
+			}
+		})
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	s, _ := newTestStore(t)
+	// One unit refills per µs and the clock stands still: every take of 1
+	// is allowed and charged, against an existing entry.
+	a := ratelimit.PerSecond(1_000_000).WithBurst(1 << 40).Named("a")
+	b := ratelimit.PerSecond(1_000_000).WithBurst(1 << 40).Named("b")
+	tiny := ratelimit.PerDay(1).Named("tiny")
+	stack8 := make([]ratelimit.Request, 8)
+	for i := range stack8 {
+		stack8[i] = ratelimit.Request{Key: fmt.Sprint("s", i), Limit: &a, Cost: 1}
+	}
+	cases := []struct {
+		name   string
+		adjust bool
+		reqs   []ratelimit.Request
+	}{
+		{"one", false, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 1}}},
+		{"peek", false, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 0}}},
+		{"refused", false, []ratelimit.Request{{Key: "t", Limit: &tiny, Cost: 1}}},
+		{"stack of 2, one key", false, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 1}, {Key: "k", Limit: &b, Cost: 1}}},
+		{"stack of 2, two keys", false, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 1}, {Key: "other", Limit: &b, Cost: 1}}},
+		{"stack of 2, refused", false, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 1}, {Key: "t", Limit: &tiny, Cost: 1}}},
+		{"stack of 8", false, stack8},
+		{"adjust one", true, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 1}}},
+		{"adjust 2", true, []ratelimit.Request{{Key: "k", Limit: &a, Cost: 1}, {Key: "other", Limit: &b, Cost: -1}}},
+	}
+	ctx := context.Background()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			out := make([]ratelimit.Decision, len(tc.reqs))
+			call := func() error {
+				if tc.adjust {
+					return s.Adjust(ctx, tc.reqs, out)
+				}
+				return s.Take(ctx, tc.reqs, out)
+			}
+			// Create the entries first: only an existing entry is free.
+			warm := make([]ratelimit.Request, len(tc.reqs))
+			for i, r := range tc.reqs {
+				warm[i] = ratelimit.Request{Key: r.Key, Limit: r.Limit, Cost: 1}
+			}
+			require.NoError(t, s.Take(ctx, warm, make([]ratelimit.Decision, len(warm))))
+			require.NoError(t, call())
+			allocs := testing.AllocsPerRun(1000, func() { _ = call() })
+			assert.Zero(t, allocs, "allocations per decision")
+		})
+	}
+}
+
+// TestStress races random stacks on a small store with a moving clock, for
+// the race detector, the deadlock-free lock order and the cap.
+func TestStress(t *testing.T) {
+	const maxKeys = 32
+	s, c := newTestStore(t, WithMaxKeys(maxKeys), WithShards(4))
+	l1 := ratelimit.PerSecond(100).WithBurst(10).Named("l1")
+	l2 := ratelimit.PerMinute(50).Named("l2")
+	limits := []*ratelimit.Limit{&l1, &l2}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			reqs := make([]ratelimit.Request, 0, 4)
+			out := make([]ratelimit.Decision, 4)
+			for range 2000 {
+				if rng.IntN(10) == 0 {
+					c.Add(time.Duration(rng.IntN(50)) * time.Millisecond)
+				}
+				reqs = reqs[:0]
+				for range 1 + rng.IntN(4) {
+					reqs = append(reqs, ratelimit.Request{
+						Key:   fmt.Sprint("k", rng.IntN(64)),
+						Limit: limits[rng.IntN(2)],
+						Cost:  int64(rng.IntN(3)),
+					})
+				}
+				var err error
+				if rng.IntN(5) == 0 {
+					reqs[0].Cost = -reqs[0].Cost
+					err = s.Adjust(context.Background(), reqs, out)
+				} else {
+					err = s.Take(context.Background(), reqs, out)
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	shardLensWithinCaps(t, s)
+	assert.LessOrEqual(t, s.Len(), maxKeys)
+}

@@ -1,0 +1,73 @@
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrInvalidOption is wrapped by the error New returns for an option it
+// cannot use.
+var ErrInvalidOption = errors.New("memory: invalid option")
+
+const (
+	// DefaultMaxKeys is the default cap on stored (key, limit) entries.
+	DefaultMaxKeys = 1 << 20
+	// DefaultShards is the default number of shards.
+	DefaultShards = 64
+	// MaxShards is the largest number of shards WithShards accepts.
+	MaxShards = 1 << 16
+)
+
+// Option configures a Store built by New.
+type Option func(*config) error
+
+type config struct {
+	now     func() time.Time
+	maxKeys int
+	shards  int
+}
+
+// WithClock sets the clock the store decides by. Tests pass a fake clock;
+// the clock may move backwards, which creates no capacity. now must not be
+// nil and must be safe for concurrent use. The default is time.Now read
+// once, at New, and advanced by the monotonic clock: it is cheaper than
+// calling time.Now, and steps of the wall clock neither refill nor freeze
+// buckets.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// WithMaxKeys caps the number of stored (key, limit) entries at n (n ≥ 1;
+// default DefaultMaxKeys, 1,048,576). When the cap is reached, new entries
+// evict old ones as the package documentation describes.
+func WithMaxKeys(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: max keys must be at least 1, got %d", ErrInvalidOption, n)
+		}
+		c.maxKeys = n
+		return nil
+	}
+}
+
+// WithShards sets the number of independently locked shards: a power of two
+// from 1 to MaxShards (default DefaultShards, 64). More shards mean less
+// lock contention between keys. The store uses fewer shards when MaxKeys is
+// smaller than n (the largest power of two not above MaxKeys), so that
+// every shard can hold at least one entry.
+func WithShards(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxShards || n&(n-1) != 0 {
+			return fmt.Errorf("%w: shards must be a power of two from 1 to %d, got %d", ErrInvalidOption, MaxShards, n)
+		}
+		c.shards = n
+		return nil
+	}
+}
