@@ -144,7 +144,7 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, now int64, take
 	if take {
 		st, dec = r.Limit.TakeAt(st, now, r.Cost)
 	} else {
-		st, dec = r.Limit.AdjustAt(st, now, r.Cost)
+		st, dec = r.Limit.AdjustFrom(st, now, r.At, r.Cost)
 	}
 	if dec.Allowed && r.Cost != 0 {
 		sh.put(k, slot, st, r.Limit.ExpiresAt(st), now, nil)
@@ -222,7 +222,7 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int
 			work[j], out[i] = r.Limit.TakeAt(work[j], now, r.Cost)
 			all = all && out[i].Allowed
 		} else {
-			work[j], out[i] = r.Limit.AdjustAt(work[j], now, r.Cost)
+			work[j], out[i] = r.Limit.AdjustFrom(work[j], now, r.At, r.Cost)
 		}
 		if r.Cost != 0 {
 			dirty[j] = true

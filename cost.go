@@ -1,0 +1,165 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// ErrNoReservation is wrapped by ReportUsage's error when ctx does not come
+// from a request admitted by Limiter.Handler (or the request has already
+// been settled, because its handler returned).
+var ErrNoReservation = errors.New("ratelimit: no reservation in context")
+
+// ErrUnknownLimit is wrapped by the errors of ReportUsage and
+// Limiter.Adjust for a limit name that no Limiter involved has.
+var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
+
+// ReportUsage reports the real usage, in the limit's unit, of the request
+// whose context is ctx for the limit named limitName — for example the
+// total AI tokens of a completion, once the model has answered. n is the
+// request's total, not an increment: a later call replaces an earlier one.
+// It must be ≥ 0.
+//
+// When the handler returns (normally, by panicking, or after its client
+// disconnected), the middleware settles the difference with the store in
+// one Adjust call: usage above the reserved cost (the cost function's
+// estimate, or 1) is charged, possibly leaving the key in debt that its
+// next requests wait out; usage below it is refunded. Limits without a
+// report keep their reservation. It is safe to call from any goroutine
+// until the handler returns; streaming handlers call it once the final
+// usage is known, before returning.
+//
+// When limiters are nested (a global limiter around a per-route one), the
+// usage is reported to each of them that has a limit of that name. For a
+// request let through without a decision (the store failed under FailOpen,
+// or WithSkipOnKeyError) the report is accepted and ignored.
+//
+// Errors: ErrNoReservation when ctx is not from Limiter.Handler or the
+// request was already settled; ErrUnknownLimit when no limiter of the
+// request has the name; ErrInvalidRequest when n < 0.
+func ReportUsage(ctx context.Context, limitName string, n int64) error {
+	s, _ := ctx.Value(stateKey{}).(*reqState)
+	if s == nil {
+		return fmt.Errorf("%w: ReportUsage(%q) needs the context of a request admitted by Limiter.Handler", ErrNoReservation, limitName)
+	}
+	if n < 0 {
+		return fmt.Errorf("%w: ReportUsage(%q, %d): usage must be ≥ 0", ErrInvalidRequest, limitName, n)
+	}
+	found, settled := false, false
+	for ; s != nil; s = s.parent {
+		i := s.lim.index(limitName)
+		if i < 0 {
+			continue
+		}
+		found = true
+		s.mu.Lock()
+		if s.settled {
+			settled = true
+		} else {
+			s.reported[i] = n
+		}
+		s.mu.Unlock()
+	}
+	switch {
+	case !found:
+		return fmt.Errorf("%w: ReportUsage(%q): the request's limiters have no such limit", ErrUnknownLimit, limitName)
+	case settled:
+		return fmt.Errorf("%w: ReportUsage(%q): the request was already settled (report before the handler returns)", ErrNoReservation, limitName)
+	}
+	return nil
+}
+
+// inlineLimits is the number of limits whose per-request state fits in the
+// reqState allocation itself; more limits cost three more allocations.
+const inlineLimits = 4
+
+// stateKey is the context key of a request's *reqState.
+type stateKey struct{}
+
+// reqState is one admitted request's reservation and usage reports. It is
+// the context the handler sees: embedding the request's context and
+// answering Value(stateKey{}) itself saves the allocation of a
+// context.WithValue. All per-limit slices point into the inline arrays
+// when the limiter has at most inlineLimits limits, so a request costs one
+// allocation here.
+type reqState struct {
+	context.Context
+
+	lim      *Limiter
+	parent   *reqState // an enclosing limiter's state, for ReportUsage
+	key      string
+	bypassed bool // no reservation: nothing to settle
+
+	mu       sync.Mutex
+	settled  bool
+	reported []int64 // per limit; -1: not reported
+
+	costs []int64    // per limit: the reserved cost
+	reqs  []Request  // per limit: the Take request, reused by settle
+	out   []Decision // per limit: Result.Decisions (may be kept by hooks)
+
+	inlineReported [inlineLimits]int64
+	inlineCosts    [inlineLimits]int64
+	inlineReqs     [inlineLimits]Request
+	inlineOut      [inlineLimits]Decision
+}
+
+func (s *reqState) Value(key any) any {
+	if key == (stateKey{}) {
+		return s
+	}
+	return s.Context.Value(key)
+}
+
+func (l *Limiter) newState(ctx context.Context, key string) *reqState {
+	s := &reqState{Context: ctx, lim: l, key: key}
+	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
+	n := len(l.limits)
+	if n <= inlineLimits {
+		s.reported, s.costs = s.inlineReported[:n], s.inlineCosts[:n]
+		s.reqs, s.out = s.inlineReqs[:n], s.inlineOut[:n]
+	} else {
+		s.reported, s.costs = make([]int64, n), make([]int64, n)
+		s.reqs, s.out = make([]Request, n), make([]Decision, n)
+	}
+	for i := range s.reported {
+		s.reported[i] = -1
+	}
+	return s
+}
+
+// settle charges or refunds the difference between the reported usage and
+// the reservation, once. The store call gets its own deadline and ignores
+// the cancellation of the request's context: a client that disconnects
+// must still pay for the tokens it consumed.
+func (l *Limiter) settle(s *reqState) {
+	s.mu.Lock()
+	if s.settled {
+		s.mu.Unlock()
+		return
+	}
+	s.settled = true
+	n := 0
+	for i, rep := range s.reported {
+		if rep >= 0 && rep != s.costs[i] {
+			// At: when the reservation was charged, so that window
+			// algorithms settle in the window that was charged.
+			s.reqs[n] = Request{Key: s.key, Limit: &l.limits[i], Cost: rep - s.costs[i], At: s.out[i].At}
+			n++
+		}
+	}
+	s.mu.Unlock()
+	if n == 0 || s.bypassed {
+		return
+	}
+	ctx := context.WithoutCancel(s.Context)
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Adjust(tctx, s.reqs[:n], make([]Decision, n)); err != nil {
+		l.storeError(ctx, tctx, err)
+		return
+	}
+	l.stats.settled.Add(1)
+}

@@ -1,0 +1,169 @@
+package ratelimit_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/store/memory"
+)
+
+// epoch is the fake clock's start: any fixed instant works, since every
+// expected value below depends only on time differences.
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// fakeClock is a manual clock shared by a test and its store.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *fakeClock { return &fakeClock{now: epoch} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// adjustCall records one Store.Adjust.
+type adjustCall struct {
+	Reqs   []ratelimit.Request
+	CtxErr error // the context's error when Adjust was called
+}
+
+// recordingStore wraps a Store and records its Adjust calls (settlement)
+// and the number of Take calls.
+type recordingStore struct {
+	ratelimit.Store
+	mu      sync.Mutex
+	takes   int
+	adjusts []adjustCall
+}
+
+func (s *recordingStore) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	s.mu.Lock()
+	s.takes++
+	s.mu.Unlock()
+	return s.Store.Take(ctx, reqs, out)
+}
+
+func (s *recordingStore) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	s.mu.Lock()
+	s.adjusts = append(s.adjusts, adjustCall{Reqs: append([]ratelimit.Request(nil), reqs...), CtxErr: ctx.Err()})
+	s.mu.Unlock()
+	return s.Store.Adjust(ctx, reqs, out)
+}
+
+func (s *recordingStore) Adjusts() []adjustCall {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]adjustCall(nil), s.adjusts...)
+}
+
+// errStoreDown is what failingStore returns.
+var errStoreDown = errors.New("store down")
+
+// failingStore fails every call.
+type failingStore struct{}
+
+func (failingStore) Take(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	return errStoreDown
+}
+
+func (failingStore) Adjust(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	return errStoreDown
+}
+
+// blockingStore never answers: it returns only when its context ends, and
+// records that context's error.
+type blockingStore struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (s *blockingStore) Take(ctx context.Context, _ []ratelimit.Request, _ []ratelimit.Decision) error {
+	<-ctx.Done()
+	s.mu.Lock()
+	s.errs = append(s.errs, ctx.Err())
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func (s *blockingStore) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	return s.Take(ctx, reqs, out)
+}
+
+// newLimiter builds a Limiter on a fresh store with a fake clock.
+func newLimiter(t testing.TB, opts ...ratelimit.Option) (*ratelimit.Limiter, *recordingStore, *fakeClock) {
+	t.Helper()
+	clock := newClock()
+	store := &recordingStore{Store: newStore(t, clock.Now)}
+	lim, err := ratelimit.New(store, opts...)
+	require.NoError(t, err)
+	return lim, store, clock
+}
+
+// tokensHeader is the request header the tests' token estimator reads.
+const tokensHeader = "X-Test-Tokens"
+
+// estimateTokens is a CostFunc reading the estimate from tokensHeader.
+func estimateTokens(r *http.Request) (int64, error) {
+	v := r.Header.Get(tokensHeader)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New("bad token estimate")}
+	}
+	return n, nil
+}
+
+// okHandler answers 200 "ok".
+var okHandler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	_, _ = w.Write([]byte("ok"))
+})
+
+// request builds a request with an API key and optional token estimate.
+func request(method, target, apiKey string, tokens int64) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	if apiKey != "" {
+		r.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	if tokens >= 0 {
+		r.Header.Set(tokensHeader, strconv.FormatInt(tokens, 10))
+	}
+	return r
+}
+
+// serve runs h on r and returns the recorded response.
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// newStore returns the store the middleware tests run on: the memory
+// store on the test's fake clock.
+func newStore(t testing.TB, now func() time.Time) ratelimit.Store {
+	t.Helper()
+	s, err := memory.New(memory.WithClock(now))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}

@@ -1,0 +1,386 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+)
+
+// KeyFunc names who pays for a request: the rate-limit key. It must return
+// a non-empty key or an error. An error that implements
+// interface{ StatusCode() int } (such as *StatusError) is answered with
+// that status; any other error with 400 Bad Request (see Limiter.Handler).
+// Keys may be secrets (API keys): the Limiter never logs them, never puts
+// them in a response, and the stores never keep them in clear.
+type KeyFunc func(r *http.Request) (string, error)
+
+// ErrMissingKey is wrapped by the errors of the built-in key functions when
+// the request carries no usable key: a missing, empty, malformed, ambiguous
+// (repeated) or oversized credential header, an unparsable client address,
+// or a request that matches no route.
+var ErrMissingKey = errors.New("ratelimit: no rate-limit key")
+
+// MaxKeyLength is the longest key, in bytes, that KeyByAPIKey and
+// KeyByHeader accept. Longer values are refused rather than stored, so a
+// client cannot make the limiter hash or keep megabytes per request.
+const MaxKeyLength = 4096
+
+// StatusError is an error with the HTTP status a client should receive for
+// it. Key and cost functions return it to choose the 4xx of the response;
+// the middleware answers with an RFC 9457 problem whose detail is the
+// error's message, so the message must be fit for clients (no secrets).
+type StatusError struct {
+	// Code is the HTTP status, 400 to 599. Other values are answered with
+	// 500, since they cannot describe a refused request.
+	Code int
+	// Err is the cause; its message is the problem's detail. It may be nil.
+	Err error
+}
+
+// Error returns Err's message, or the status text when Err is nil.
+func (e *StatusError) Error() string {
+	if e.Err == nil {
+		return http.StatusText(e.StatusCode())
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns Err, so errors.Is(err, ErrMissingKey) sees through.
+func (e *StatusError) Unwrap() error { return e.Err }
+
+// StatusCode returns Code, or 500 when Code is outside 400 to 599.
+func (e *StatusError) StatusCode() int {
+	if e.Code < 400 || e.Code > 599 {
+		return http.StatusInternalServerError
+	}
+	return e.Code
+}
+
+// statusOf returns the status an error of a key or cost function is
+// answered with, and whether its message may be shown to the client (only
+// errors that chose their status are assumed to be written for clients).
+func statusOf(err error, fallback int) (int, bool) {
+	var sc interface{ StatusCode() int }
+	if errors.As(err, &sc) {
+		code := sc.StatusCode()
+		if code < 400 || code > 599 {
+			code = http.StatusInternalServerError
+		}
+		return code, true
+	}
+	return fallback, false
+}
+
+func missingKey(code int, format string, args ...any) error {
+	return &StatusError{Code: code, Err: fmt.Errorf("%w: "+format, append([]any{ErrMissingKey}, args...)...)}
+}
+
+// misconfigured is the error of a built-in key function whose constructor
+// got invalid arguments. KeyFunc constructors cannot return errors, so the
+// mistake surfaces on the first request as a 500 with a clear message.
+func misconfigured(format string, args ...any) KeyFunc {
+	err := &StatusError{Code: http.StatusInternalServerError,
+		Err: fmt.Errorf("ratelimit: misconfigured key function: "+format, args...)}
+	return func(*http.Request) (string, error) { return "", err }
+}
+
+// KeyByAPIKey keys requests by the API key they present, in this order:
+//
+//   - "Authorization: Bearer <key>" (RFC 6750 §2.1; the scheme is matched
+//     case-insensitively, per RFC 9110 §11.1), or, when there is no
+//     Authorization header or it is not a Bearer credential,
+//   - "X-API-Key: <key>".
+//
+// Surrounding spaces are trimmed. A request with neither header, an empty
+// key, a key containing spaces or control characters, a key longer than
+// MaxKeyLength bytes, or a repeated header (ambiguous: which key pays?) is
+// refused with a *StatusError of 401 Unauthorized wrapping ErrMissingKey.
+//
+// KeyByAPIKey only reads the key; it does not authenticate it. Run it after
+// your authentication middleware, or accept that unknown keys get their own
+// (fresh) budgets until authentication rejects them.
+func KeyByAPIKey() KeyFunc {
+	return func(r *http.Request) (string, error) {
+		if vs := r.Header.Values("Authorization"); len(vs) > 0 {
+			if len(vs) > 1 {
+				return "", missingKey(http.StatusUnauthorized, "more than one Authorization header")
+			}
+			if scheme, token, _ := strings.Cut(strings.TrimSpace(vs[0]), " "); strings.EqualFold(scheme, "Bearer") {
+				return checkKey(http.StatusUnauthorized, "bearer token", token)
+			}
+			// Another scheme (Basic, ...): the API key may still come in
+			// X-API-Key; if it does not, say what was wrong.
+			if len(r.Header.Values("X-API-Key")) == 0 {
+				return "", missingKey(http.StatusUnauthorized, "Authorization header is not a Bearer token")
+			}
+		}
+		vs := r.Header.Values("X-API-Key")
+		switch len(vs) {
+		case 0:
+			return "", missingKey(http.StatusUnauthorized, "send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"")
+		case 1:
+			return checkKey(http.StatusUnauthorized, "X-API-Key", vs[0])
+		default:
+			return "", missingKey(http.StatusUnauthorized, "more than one X-API-Key header")
+		}
+	}
+}
+
+// KeyByHeader keys requests by the value of the named request header
+// (trimmed of surrounding spaces). A missing or empty header, a repeated
+// one, a value with control characters or longer than MaxKeyLength bytes
+// is refused with a *StatusError of 400 Bad Request wrapping ErrMissingKey.
+// An empty or invalid name makes every request fail with 500.
+func KeyByHeader(name string) KeyFunc {
+	if name == "" || strings.ContainsAny(name, " \t\r\n:") {
+		return misconfigured("KeyByHeader(%q): invalid header name", name)
+	}
+	canonical := http.CanonicalHeaderKey(name)
+	return func(r *http.Request) (string, error) {
+		vs := r.Header[canonical]
+		switch len(vs) {
+		case 0:
+			return "", missingKey(http.StatusBadRequest, "missing %s header", canonical)
+		case 1:
+			return checkKey(http.StatusBadRequest, canonical, vs[0])
+		default:
+			return "", missingKey(http.StatusBadRequest, "more than one %s header", canonical)
+		}
+	}
+}
+
+// checkKey trims v and refuses empty, oversized or malformed values.
+func checkKey(code int, what, v string) (string, error) {
+	v = strings.TrimSpace(v)
+	switch {
+	case v == "":
+		return "", missingKey(code, "empty %s", what)
+	case len(v) > MaxKeyLength:
+		return "", missingKey(code, "%s longer than %d bytes", what, MaxKeyLength)
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c <= ' ' || c == 0x7f {
+			return "", missingKey(code, "malformed %s (spaces or control characters)", what)
+		}
+	}
+	return v, nil
+}
+
+// IPOption configures KeyByIP.
+type IPOption func(*ipConfig)
+
+type ipConfig struct {
+	v4Bits, v6Bits int
+	err            string
+}
+
+// IPv6Prefix groups IPv6 clients by their first bits bits, 1 to 128
+// (default 64): one customer usually holds a whole /64 and can pick any
+// address in it, so per-address limits would be no limits. 128 keys each
+// address separately. Other values make every request fail with 500.
+func IPv6Prefix(bits int) IPOption {
+	return func(c *ipConfig) {
+		if bits < 1 || bits > 128 {
+			c.err = fmt.Sprintf("IPv6Prefix(%d): bits must be 1 to 128", bits)
+		}
+		c.v6Bits = bits
+	}
+}
+
+// IPv4Prefix groups IPv4 clients by their first bits bits, 1 to 32
+// (default 32: each address separately). Other values make every request
+// fail with 500.
+func IPv4Prefix(bits int) IPOption {
+	return func(c *ipConfig) {
+		if bits < 1 || bits > 32 {
+			c.err = fmt.Sprintf("IPv4Prefix(%d): bits must be 1 to 32", bits)
+		}
+		c.v4Bits = bits
+	}
+}
+
+// KeyByIP keys requests by the client's IP address.
+//
+// The address is the one stored by chi's ClientIPFrom* middlewares
+// (middleware.GetClientIPAddr) when one of them ran before the limiter:
+// they read X-Forwarded-For, X-Real-IP and the like only from the trusted
+// proxy prefixes you configure. Otherwise it is the connection's address,
+// r.RemoteAddr. KeyByIP never reads forwarding headers itself: a client
+// could write any address there.
+//
+// IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) are keyed as the IPv4
+// address and IPv6 zones are dropped, so one client has one key. IPv6
+// addresses are grouped by prefix (see IPv6Prefix; the key is then the
+// prefix, e.g. "2001:db8:1:2::/64"); IPv4 addresses are keyed exactly
+// unless IPv4Prefix says otherwise. An address that does not parse is
+// refused with a *StatusError of 400 wrapping ErrMissingKey.
+//
+// Behind a proxy without a ClientIPFrom* middleware every client shares
+// the proxy's address, and so one budget.
+func KeyByIP(opts ...IPOption) KeyFunc {
+	cfg := ipConfig{v4Bits: 32, v6Bits: 64}
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	if cfg.err != "" {
+		return misconfigured("KeyByIP: %s", cfg.err)
+	}
+	return func(r *http.Request) (string, error) {
+		ip := middleware.GetClientIPAddr(r.Context())
+		if !ip.IsValid() {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				host = r.RemoteAddr // a bare address, as some tests and proxies set
+			}
+			if ip, err = netip.ParseAddr(host); err != nil {
+				return "", missingKey(http.StatusBadRequest, "unparsable client address")
+			}
+		}
+		return ipKey(ip, cfg.v4Bits, cfg.v6Bits), nil
+	}
+}
+
+// ipKey returns the key of ip grouped by the given prefix lengths.
+func ipKey(ip netip.Addr, v4Bits, v6Bits int) string {
+	ip = ip.Unmap().WithZone("")
+	bits := v6Bits
+	if ip.Is4() {
+		bits = v4Bits
+	}
+	if bits == ip.BitLen() {
+		return ip.String()
+	}
+	p, _ := ip.Prefix(bits) // bits is within range: checked by the options
+	return p.String()
+}
+
+// ErrNoRoute is wrapped by the errors of KeyByRoute.
+var ErrNoRoute = errors.New("ratelimit: no route pattern")
+
+var routeCtxPool = sync.Pool{New: func() any { return chi.NewRouteContext() }}
+
+// KeyByRoute keys requests by their method and route pattern, e.g.
+// "GET /users/{id}" — never by the raw path, which would give every id its
+// own budget and let a client create keys without bound. Combine it with
+// another key (Compose(KeyByAPIKey(), KeyByRoute())) for per-client,
+// per-endpoint limits.
+//
+// The pattern comes from, in order:
+//
+//   - chi: the router in the request's chi.RouteContext resolves the full
+//     request path with Routes.Find. This works wherever the limiter runs:
+//     in a top-level r.Use (before chi has routed the request), in a
+//     sub-router, in r.With or in a group.
+//   - net/http.ServeMux (Go 1.22+): r.Pattern, which the mux sets before
+//     calling the handler it matched; so wrap the handlers registered on
+//     the mux (mux.Handle("GET /users/{id}", lim.Handler(h))), not the mux
+//     itself. A method or host in the pattern is replaced by the request's
+//     method.
+//
+// A HEAD request without a HEAD route takes the pattern of the GET route
+// (as chi's GetHead middleware serves it), keyed "HEAD <pattern>".
+//
+// A request that chi cannot route (no such path or method) is refused with
+// a *StatusError of 404 Not Found wrapping ErrNoRoute and ErrMissingKey:
+// the router would answer 404 or 405 anyway, and an unrouted path must not
+// mint keys. So put middlewares that answer requests chi has no route for
+// (CORS preflight) before the limiter. Outside chi and without r.Pattern,
+// the limiter is misplaced; every request fails with 500 and a message
+// saying so.
+func KeyByRoute() KeyFunc {
+	return func(r *http.Request) (string, error) {
+		if rctx := chi.RouteContext(r.Context()); rctx != nil && rctx.Routes != nil {
+			path := r.URL.RawPath
+			if path == "" {
+				path = r.URL.Path
+			}
+			if path == "" {
+				path = "/"
+			}
+			fresh := routeCtxPool.Get().(*chi.Context)
+			fresh.Reset()
+			pattern := rctx.Routes.Find(fresh, r.Method, path)
+			if pattern == "" && r.Method == http.MethodHead {
+				// chi's GetHead middleware, if it runs after the
+				// limiter, serves HEAD with the GET route.
+				fresh.Reset()
+				pattern = rctx.Routes.Find(fresh, http.MethodGet, path)
+			}
+			routeCtxPool.Put(fresh)
+			if pattern == "" {
+				return "", &StatusError{Code: http.StatusNotFound,
+					Err: fmt.Errorf("%w: %w: %s matches no route", ErrMissingKey, ErrNoRoute, r.Method)}
+			}
+			return r.Method + " " + pattern, nil
+		}
+		if r.Pattern != "" {
+			pattern := r.Pattern
+			if i := strings.IndexByte(pattern, ' '); i >= 0 { // "GET /x" or "GET host/x"
+				pattern = strings.TrimLeft(pattern[i+1:], " \t")
+			}
+			return r.Method + " " + pattern, nil
+		}
+		return "", &StatusError{Code: http.StatusInternalServerError,
+			Err: fmt.Errorf("%w: %w: KeyByRoute needs a chi router around the limiter, or a Go 1.22+ ServeMux handler inside it (r.Pattern is empty)",
+				ErrMissingKey, ErrNoRoute)}
+	}
+}
+
+// KeyConst keys every request with s: one budget shared by all clients, for
+// example a global cap in front of a fragile backend. An empty s makes
+// every request fail with 500.
+func KeyConst(s string) KeyFunc {
+	if s == "" {
+		return misconfigured("KeyConst(\"\"): empty key")
+	}
+	return func(*http.Request) (string, error) { return s, nil }
+}
+
+// Compose keys requests by several key functions at once, for example
+// Compose(KeyByAPIKey(), KeyByRoute()) for per-client, per-endpoint limits.
+// Each part is length-prefixed ("3:abc|5:hello"), so the encoding is
+// injective: parts ("a|b", "c") and ("a", "b|c") give different keys. The
+// first error of a part is returned as it is. Compose with no functions or
+// a nil one makes every request fail with 500.
+func Compose(fns ...KeyFunc) KeyFunc {
+	if len(fns) == 0 {
+		return misconfigured("Compose(): no key functions")
+	}
+	for i, fn := range fns {
+		if fn == nil {
+			return misconfigured("Compose: key function %d is nil", i)
+		}
+	}
+	fns = append([]KeyFunc(nil), fns...)
+	return func(r *http.Request) (string, error) {
+		var buf [256]byte
+		b := buf[:0]
+		for i, fn := range fns {
+			part, err := fn(r)
+			if err != nil {
+				return "", err
+			}
+			if part == "" {
+				return "", &StatusError{Code: http.StatusInternalServerError,
+					Err: fmt.Errorf("%w: Compose: key function %d returned an empty key", ErrMissingKey, i)}
+			}
+			if i > 0 {
+				b = append(b, '|')
+			}
+			b = strconv.AppendInt(b, int64(len(part)), 10)
+			b = append(b, ':')
+			b = append(b, part...)
+		}
+		return string(b), nil
+	}
+}

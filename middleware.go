@@ -1,0 +1,893 @@
+package ratelimit
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every error New returns: no limits, an
+// invalid limit (the error also wraps ErrInvalidLimit), duplicate limit
+// names, a nil store, key function or handler, a non-positive store
+// timeout, an unknown header style or failure mode, or conflicting
+// options.
+var ErrInvalidConfig = errors.New("ratelimit: invalid configuration")
+
+// ErrStoreTimeout is wrapped (together with context.DeadlineExceeded) by
+// the store errors of calls that did not finish within the store timeout
+// (WithStoreTimeout).
+var ErrStoreTimeout = errors.New("ratelimit: store call timed out")
+
+// DefaultStoreTimeout is the deadline of each store call unless
+// WithStoreTimeout sets another: long enough for a Redis round trip within
+// a data centre, short enough that a dead store adds little latency before
+// the failure mode applies.
+const DefaultStoreTimeout = 50 * time.Millisecond
+
+// FailureMode says what the middleware does with a request when the store
+// fails or does not answer within the store timeout.
+type FailureMode int
+
+const (
+	// FailOpen lets the request through unlimited (the default): a rate
+	// limiter outage should not become an API outage. The request counts
+	// in Stats.Bypassed and is reported to Hooks.OnBypass; its usage is
+	// not charged (there is no reservation to settle).
+	FailOpen FailureMode = iota
+	// FailClosed refuses the request with 503 Service Unavailable and
+	// Retry-After: 1.
+	FailClosed
+)
+
+// String returns "FailOpen" or "FailClosed".
+func (m FailureMode) String() string {
+	switch m {
+	case FailOpen:
+		return "FailOpen"
+	case FailClosed:
+		return "FailClosed"
+	default:
+		return fmt.Sprintf("FailureMode(%d)", int(m))
+	}
+}
+
+// Hooks are optional callbacks for logging and metrics. Each may be nil.
+// They run synchronously on the request's goroutine, so they must be fast
+// and safe for concurrent use; they may keep the Result they are given.
+type Hooks struct {
+	// OnDecision is called for every decision the store makes: each
+	// request the middleware decides (allowed or refused) and each
+	// Limiter.Take that reaches the store.
+	OnDecision func(ctx context.Context, res Result)
+	// OnStoreError is called for every failed store call (Take, Adjust
+	// or settlement), timeouts included. err wraps ErrStoreTimeout for a
+	// timeout.
+	OnStoreError func(ctx context.Context, err error)
+	// OnBypass is called for every request let through without a
+	// decision: the store failed under FailOpen (reason is the store
+	// error) or the key function failed under WithSkipOnKeyError (reason
+	// is its error).
+	OnBypass func(ctx context.Context, reason error)
+}
+
+// Result is the decision on one request across all of a Limiter's limits.
+type Result struct {
+	// Allowed reports whether the request was admitted (and charged).
+	Allowed bool
+	// Decisions holds one Decision per limit, in WithLimits order (for
+	// Limiter.Adjust, only the adjusted limit). It is empty when the
+	// store failed.
+	Decisions []Decision
+	// RetryAfter is 0 when Allowed; otherwise the longest RetryAfter of
+	// the refusing limits, or RetryNever if any of them can never admit
+	// the request. For a refusal because the store failed (FailClosed) it
+	// is one second.
+	RetryAfter time.Duration
+	// Delay is how long the caller must wait before acting on an
+	// admission: the longest Decision.Delay, nonzero only with LeakyBucket
+	// limits (the request's slot in the queue). The middleware waits it
+	// out before running the handler; callers of Limiter.Take must too.
+	Delay time.Duration
+	// Bypassed reports that the store failed and FailOpen let the request
+	// through without a decision.
+	Bypassed bool
+}
+
+// Binding returns the decision that binds: when refused, the refusing
+// decision that can never be satisfied (the first such), otherwise the
+// one with the longest RetryAfter (the first on ties); when allowed, the
+// decision with the least fraction of its capacity left (Remaining/Burst,
+// first on ties). It returns nil when there are no decisions. The pointer
+// refers to an element of r.Decisions.
+func (r Result) Binding() *Decision {
+	var b *Decision
+	for i := range r.Decisions {
+		d := &r.Decisions[i]
+		if r.Allowed {
+			if b == nil || tighter(d, b) {
+				b = d
+			}
+			continue
+		}
+		switch {
+		case d.Allowed:
+		case b == nil:
+			b = d
+		case b.Never():
+		case d.Never() || d.RetryAfter > b.RetryAfter:
+			b = d
+		}
+	}
+	return b
+}
+
+// resultOf summarises the decisions of a Take.
+func resultOf(ds []Decision) Result {
+	res := Result{Allowed: true, Decisions: ds}
+	for i := range ds {
+		d := &ds[i]
+		if d.Allowed {
+			res.Delay = max(res.Delay, d.Delay)
+			continue
+		}
+		res.Allowed = false
+		switch {
+		case d.Never():
+			res.RetryAfter = RetryNever
+		case res.RetryAfter != RetryNever && d.RetryAfter > res.RetryAfter:
+			res.RetryAfter = d.RetryAfter
+		}
+	}
+	if !res.Allowed {
+		res.Delay = 0
+	}
+	return res
+}
+
+// tooLarge reports whether a refusal can never be admitted.
+func (r Result) tooLarge() bool { return !r.Allowed && r.RetryAfter == RetryNever }
+
+// Rejection describes a refused request to a RejectHandler. It carries no
+// key: keys may be secrets.
+type Rejection struct {
+	// Result is the decision. For a store failure under FailClosed it has
+	// no decisions and a RetryAfter of one second.
+	Result
+	// Status is the status the default handler answers with:
+	// 429 Too Many Requests (retry after RetryAfter), 413 Content Too
+	// Large (the cost exceeds a limit's burst: retrying cannot help) or
+	// 503 Service Unavailable (the store failed under FailClosed).
+	Status int
+	// Costs holds the request's cost for each limit, aligned with
+	// Decisions; nil for a store failure.
+	Costs []int64
+	// Err is the store error for a 503, nil otherwise.
+	Err error
+}
+
+// RejectHandler writes the response to a refused request. Before it is
+// called, the middleware has set the rate-limit fields (HeaderWriter) and,
+// for 429 and 503, Retry-After in w.Header(); the handler may change them.
+type RejectHandler func(w http.ResponseWriter, r *http.Request, rej Rejection)
+
+// Stats are counters since the Limiter was created. Each is read
+// atomically, but the set is not one snapshot.
+type Stats struct {
+	// Allowed counts requests (and Take calls) the store admitted.
+	Allowed uint64
+	// Limited counts refusals that a later retry can pass (429).
+	Limited uint64
+	// TooLarge counts refusals whose cost exceeds a limit's burst (413).
+	TooLarge uint64
+	// Bypassed counts requests let through without a decision: store
+	// failures under FailOpen, and key errors under WithSkipOnKeyError.
+	Bypassed uint64
+	// StoreErrors counts failed store calls (Take, Adjust, settlement),
+	// timeouts included, but not calls abandoned because the request's
+	// own context ended.
+	StoreErrors uint64
+	// KeyErrors counts requests whose key function failed.
+	KeyErrors uint64
+	// CostErrors counts requests refused because a cost function failed.
+	CostErrors uint64
+	// Settled counts requests whose reported usage was settled with the
+	// store after the handler returned.
+	Settled uint64
+}
+
+type counters struct {
+	allowed, limited, tooLarge, bypassed, storeErrors, keyErrors, costErrors, settled atomic.Uint64
+}
+
+// config is what the Options set.
+type config struct {
+	key          KeyFunc
+	limits       []Limit
+	headers      HeaderWriter
+	style        HeaderStyle
+	failure      FailureMode
+	storeTimeout time.Duration
+	reject       RejectHandler
+	keyErr       func(w http.ResponseWriter, r *http.Request, err error)
+	skipKeyErr   bool
+	hooks        Hooks
+}
+
+// Option configures a Limiter. Options that get invalid arguments make New
+// fail with an error wrapping ErrInvalidConfig.
+type Option func(*config) error
+
+// WithKey sets the key function (default KeyByAPIKey()).
+func WithKey(fn KeyFunc) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return errors.New("WithKey(nil)")
+		}
+		c.key = fn
+		return nil
+	}
+}
+
+// WithLimits sets the limits every request is charged against, atomically:
+// a request is admitted only if all of them have room, and then charged
+// on all of them. At least one is required; each must be valid and their
+// names unique. A later WithLimits replaces an earlier one.
+func WithLimits(limits ...Limit) Option {
+	return func(c *config) error {
+		c.limits = append([]Limit(nil), limits...)
+		return nil
+	}
+}
+
+// WithHeaders selects the built-in rate-limit fields (default
+// HeadersIETF; HeadersNone for none). It replaces WithHeaderWriter.
+func WithHeaders(style HeaderStyle) Option {
+	return func(c *config) error {
+		if style&^headersAll != 0 {
+			return fmt.Errorf("WithHeaders(%v): unknown header style", style)
+		}
+		c.style, c.headers = style, nil
+		return nil
+	}
+}
+
+// WithHeaderWriter replaces the built-in header styles with w.
+func WithHeaderWriter(w HeaderWriter) Option {
+	return func(c *config) error {
+		if w == nil {
+			return errors.New("WithHeaderWriter(nil)")
+		}
+		c.headers = w
+		return nil
+	}
+}
+
+// WithFailureMode says what to do when the store fails (default FailOpen).
+func WithFailureMode(m FailureMode) Option {
+	return func(c *config) error {
+		if m != FailOpen && m != FailClosed {
+			return fmt.Errorf("WithFailureMode(%v): unknown failure mode", m)
+		}
+		c.failure = m
+		return nil
+	}
+}
+
+// WithStoreTimeout sets the deadline of each store call (default
+// DefaultStoreTimeout, 50ms). It must be positive. A call that misses it
+// counts as a store failure and the failure mode applies, so no request
+// waits on a dead store for longer than d.
+func WithStoreTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithStoreTimeout(%v): must be positive", d)
+		}
+		c.storeTimeout = d
+		return nil
+	}
+}
+
+// WithRejectHandler replaces the writer of refusals (429, 413 and, under
+// FailClosed, 503), whose default is DefaultRejectHandler.
+func WithRejectHandler(h RejectHandler) Option {
+	return func(c *config) error {
+		if h == nil {
+			return errors.New("WithRejectHandler(nil)")
+		}
+		c.reject = h
+		return nil
+	}
+}
+
+// WithKeyErrorHandler replaces the writer of the response to a request
+// whose key function failed (default DefaultKeyErrorHandler). It cannot be
+// combined with WithSkipOnKeyError.
+func WithKeyErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
+	return func(c *config) error {
+		if h == nil {
+			return errors.New("WithKeyErrorHandler(nil)")
+		}
+		c.keyErr = h
+		return nil
+	}
+}
+
+// WithSkipOnKeyError lets a request whose key function failed through
+// unlimited instead of refusing it. It counts in Stats.KeyErrors and
+// Stats.Bypassed and is reported to Hooks.OnBypass. Use it only when
+// another layer guarantees that such requests are harmless (for example,
+// authentication rejects requests without an API key later on); otherwise
+// a client escapes the limit by omitting its key.
+func WithSkipOnKeyError() Option {
+	return func(c *config) error {
+		c.skipKeyErr = true
+		return nil
+	}
+}
+
+// WithHooks sets callbacks for logging and metrics.
+func WithHooks(h Hooks) Option {
+	return func(c *config) error {
+		c.hooks = h
+		return nil
+	}
+}
+
+// Limiter enforces a set of limits on HTTP requests (Handler) or on any
+// keyed event (Take). It is safe for concurrent use; its configuration is
+// fixed by New.
+type Limiter struct {
+	store   Store
+	limits  []Limit // Decisions point into this slice
+	key     KeyFunc
+	headers HeaderWriter
+	failure FailureMode
+	timeout time.Duration
+	reject  RejectHandler
+	keyErr  func(w http.ResponseWriter, r *http.Request, err error)
+	skipKey bool
+	hooks   Hooks
+	stats   counters
+	// sleep waits d or until ctx ends (a variable so tests need not
+	// sleep).
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// New returns a Limiter that keeps its state in store. It validates the
+// whole configuration, so a bad one fails here and never reaches a
+// request: the store must not be nil, there must be at least one limit,
+// every limit must be valid (Limit.Err) and the names unique. Every error
+// wraps ErrInvalidConfig.
+//
+// Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
+// DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
+func New(store Store, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	c := config{key: KeyByAPIKey(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
+		}
+		if err := o(&c); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	if len(c.limits) == 0 {
+		return nil, fmt.Errorf("%w: no limits (use WithLimits)", ErrInvalidConfig)
+	}
+	for i := range c.limits {
+		if err := c.limits[i].Err(); err != nil {
+			return nil, fmt.Errorf("%w: limit %d: %w", ErrInvalidConfig, i, err)
+		}
+		for j := range i {
+			if c.limits[j].Name() == c.limits[i].Name() {
+				return nil, fmt.Errorf("%w: limits %d and %d are both named %q (use Named)",
+					ErrInvalidConfig, j, i, c.limits[i].Name())
+			}
+		}
+	}
+	if c.skipKeyErr && c.keyErr != nil {
+		return nil, fmt.Errorf("%w: WithSkipOnKeyError and WithKeyErrorHandler exclude each other", ErrInvalidConfig)
+	}
+	l := &Limiter{
+		store:   store,
+		limits:  c.limits,
+		key:     c.key,
+		headers: c.headers,
+		failure: c.failure,
+		timeout: c.storeTimeout,
+		reject:  c.reject,
+		keyErr:  c.keyErr,
+		skipKey: c.skipKeyErr,
+		hooks:   c.hooks,
+		sleep:   sleep,
+	}
+	if l.headers == nil {
+		l.headers = newStyleWriter(c.style, l.limits)
+	}
+	if l.reject == nil {
+		l.reject = DefaultRejectHandler
+	}
+	if l.keyErr == nil {
+		l.keyErr = DefaultKeyErrorHandler
+	}
+	return l, nil
+}
+
+// Limits returns a copy of the Limiter's limits, in order.
+func (l *Limiter) Limits() []Limit { return append([]Limit(nil), l.limits...) }
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := &l.stats
+	return Stats{
+		Allowed:     s.allowed.Load(),
+		Limited:     s.limited.Load(),
+		TooLarge:    s.tooLarge.Load(),
+		Bypassed:    s.bypassed.Load(),
+		StoreErrors: s.storeErrors.Load(),
+		KeyErrors:   s.keyErrors.Load(),
+		CostErrors:  s.costErrors.Load(),
+		Settled:     s.settled.Load(),
+	}
+}
+
+// index returns the position of the limit named name, or -1.
+func (l *Limiter) index(name string) int {
+	for i := range l.limits {
+		if l.limits[i].Name() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Handler returns next wrapped by the limiter, for chi's r.Use(lim.Handler)
+// or r.With(lim.Handler), or to wrap any http.Handler.
+//
+// For each request it computes the key (KeyFunc) and the cost for every
+// limit (Limit.Cost; 1 without a cost function), then asks the store to
+// charge all limits at once, with the store timeout as deadline:
+//
+//   - Admitted: the rate-limit fields are set and next runs. Afterwards —
+//     when it returns, panics or its client disconnects — the usage the
+//     handler reported with ReportUsage is settled with the store. With a
+//     LeakyBucket limit, next runs only once the request's slot comes
+//     (Result.Delay); if the request's context ends while it waits, next
+//     never runs, its reservation is refunded and the answer is 503.
+//   - Refused: the rate-limit fields are set and the RejectHandler answers:
+//     by default 429 with Retry-After, or 413 without it when a cost
+//     exceeds a limit's burst (waiting cannot help), with an RFC 9457
+//     problem body (see DefaultRejectHandler).
+//   - The key function fails: DefaultKeyErrorHandler (a 4xx problem), or
+//     next runs unlimited under WithSkipOnKeyError.
+//   - A cost function fails: a problem with the status its error names
+//     (StatusError), else 400; nothing is charged. A negative cost is a
+//     bug in the cost function and answered with 500.
+//   - The store fails or times out: FailOpen runs next unlimited;
+//     FailClosed answers 503 with Retry-After: 1.
+//   - The request's context ends before the store answers (the client
+//     left): 503, nothing counted, next does not run.
+//
+// Wrapping several routes with one Limiter gives each key one budget
+// across all of them; use Compose(key, KeyByRoute()) for per-route budgets.
+func (l *Limiter) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.serve(w, r, next)
+	})
+}
+
+func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	ctx := r.Context()
+	key, err := l.key(r)
+	if err == nil && key == "" {
+		err = fmt.Errorf("%w: the key function returned an empty key", ErrMissingKey)
+	}
+	if err != nil {
+		l.stats.keyErrors.Add(1)
+		if !l.skipKey {
+			l.keyErr(w, r, err)
+			return
+		}
+		l.bypass(ctx, err)
+		s := l.newState(ctx, "")
+		s.bypassed = true
+		next.ServeHTTP(w, r.WithContext(s))
+		return
+	}
+
+	s := l.newState(ctx, key)
+	for i := range l.limits {
+		cost := int64(1)
+		if fn := l.limits[i].cost; fn != nil {
+			if cost, err = fn(r); err == nil && cost < 0 {
+				err = &StatusError{Code: http.StatusInternalServerError,
+					Err: fmt.Errorf("ratelimit: the cost function of limit %q returned %d, a negative cost", l.limits[i].Name(), cost)}
+			}
+			if err != nil {
+				l.stats.costErrors.Add(1)
+				writeCostError(w, &l.limits[i], err)
+				return
+			}
+		}
+		s.costs[i] = cost
+		s.reqs[i] = Request{Key: key, Limit: &l.limits[i], Cost: cost}
+	}
+
+	res, err := l.take(ctx, s.reqs, s.out)
+	if err != nil {
+		if ctx.Err() != nil {
+			writeEnded(w)
+			return
+		}
+		if l.failure == FailOpen {
+			l.bypass(ctx, err)
+			s.bypassed = true
+			next.ServeHTTP(w, r.WithContext(s))
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		l.reject(w, r, Rejection{Result: Result{RetryAfter: time.Second}, Status: http.StatusServiceUnavailable, Err: err})
+		return
+	}
+
+	l.headers.WriteHeaders(w.Header(), res)
+	if !res.Allowed {
+		rej := Rejection{Result: res, Status: http.StatusTooManyRequests, Costs: s.costs}
+		if res.tooLarge() {
+			rej.Status = http.StatusRequestEntityTooLarge
+		} else {
+			w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.RetryAfter)))
+		}
+		l.reject(w, r, rej)
+		return
+	}
+	// Settle on every exit path: a deferred call runs when next returns,
+	// panics (the panic then continues unchanged, http.ErrAbortHandler
+	// included) or calls runtime.Goexit.
+	defer l.settle(s)
+	if res.Delay > 0 && l.sleep(ctx, res.Delay) != nil {
+		// The request ended while queued: it never runs, so refund its
+		// reservation (it was charged; the settlement makes it free).
+		s.mu.Lock()
+		clear(s.reported)
+		s.mu.Unlock()
+		writeEnded(w)
+		return
+	}
+	next.ServeHTTP(w, r.WithContext(s))
+}
+
+// sleep waits d, or until ctx ends (returning its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writeEnded answers a request whose context ended before it could run.
+// The client has usually gone, so nobody reads it, but the response must
+// not look like the handler's.
+func writeEnded(w http.ResponseWriter) {
+	writeProblem(w, &problem{Type: "about:blank", Title: http.StatusText(http.StatusServiceUnavailable),
+		Status: http.StatusServiceUnavailable, Detail: "the request ended before it could be served"})
+}
+
+// bypass records a request let through without a decision.
+func (l *Limiter) bypass(ctx context.Context, reason error) {
+	l.stats.bypassed.Add(1)
+	if l.hooks.OnBypass != nil {
+		l.hooks.OnBypass(ctx, reason)
+	}
+}
+
+// take asks the store to decide reqs within the store timeout and records
+// the outcome. An error is either a store failure (counted, reported to
+// OnStoreError) or, when ctx itself ended, the caller's cancellation (not
+// counted): callers tell them apart with ctx.Err().
+func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Result, error) {
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	err := l.store.Take(tctx, reqs, out)
+	if err != nil {
+		err = l.storeError(ctx, tctx, err)
+		cancel()
+		return Result{}, err
+	}
+	cancel()
+	res := resultOf(out[:len(reqs)])
+	switch {
+	case res.Allowed:
+		l.stats.allowed.Add(1)
+	case res.tooLarge():
+		l.stats.tooLarge.Add(1)
+	default:
+		l.stats.limited.Add(1)
+	}
+	if l.hooks.OnDecision != nil {
+		l.hooks.OnDecision(ctx, res)
+	}
+	return res, nil
+}
+
+// storeError classifies a failed store call made with tctx, a child of ctx
+// with the store timeout, and counts it unless ctx itself had ended.
+func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("ratelimit: store call abandoned: %w", err)
+	}
+	if errors.Is(tctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, l.timeout, err)
+	} else {
+		err = fmt.Errorf("ratelimit: store: %w", err)
+	}
+	l.stats.storeErrors.Add(1)
+	if l.hooks.OnStoreError != nil {
+		l.hooks.OnStoreError(ctx, err)
+	}
+	return err
+}
+
+// Take charges costs (aligned with Limits; none given means 1 each) to key
+// on all limits at once, without HTTP: for outbound calls, queues, or
+// custom middleware. Like the middleware it uses the store timeout, the
+// failure mode, Stats and Hooks.
+//
+// A refusal is not an error: err is nil and res.Allowed false, with
+// res.RetryAfter saying how long to wait (RetryNever: never). Invalid
+// arguments — an empty key, a number of costs other than 0 or
+// len(Limits()), a negative cost — return an error wrapping
+// ErrInvalidRequest and the zero Result. When the store fails, err is the
+// store error and res is what the failure mode decides: FailOpen gives
+// Allowed and Bypassed; FailClosed a refusal with a RetryAfter of one
+// second. When ctx ends first, err wraps ctx's error and res is the zero
+// Result.
+func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result, error) {
+	n := len(l.limits)
+	switch {
+	case key == "":
+		return Result{}, fmt.Errorf("%w: Take: empty key", ErrInvalidRequest)
+	case len(costs) != 0 && len(costs) != n:
+		return Result{}, fmt.Errorf("%w: Take: %d costs for %d limits", ErrInvalidRequest, len(costs), n)
+	}
+	reqs := make([]Request, n)
+	for i := range reqs {
+		cost := int64(1)
+		if len(costs) > 0 {
+			if cost = costs[i]; cost < 0 {
+				return Result{}, fmt.Errorf("%w: Take: negative cost %d for limit %q", ErrInvalidRequest, cost, l.limits[i].Name())
+			}
+		}
+		reqs[i] = Request{Key: key, Limit: &l.limits[i], Cost: cost}
+	}
+	res, err := l.take(ctx, reqs, make([]Decision, n))
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{}, err
+		}
+		if l.failure == FailOpen {
+			l.bypass(ctx, err)
+			return Result{Allowed: true, Bypassed: true}, err
+		}
+		return Result{RetryAfter: time.Second}, err
+	}
+	return res, nil
+}
+
+// Adjust charges (delta > 0) or refunds (delta < 0) usage of the limit
+// named limitName to key without a check, for usage known outside any
+// request (ReportUsage settles requests). A charge may leave the limit in
+// debt that later requests wait out. The Result has one Decision: the
+// limit's state afterwards. Errors: an unknown name wraps ErrUnknownLimit,
+// an empty key ErrInvalidRequest; store failures (counted in
+// Stats.StoreErrors; the failure mode does not apply) are returned as is.
+func (l *Limiter) Adjust(ctx context.Context, key, limitName string, delta int64) (Result, error) {
+	i := l.index(limitName)
+	switch {
+	case i < 0:
+		return Result{}, fmt.Errorf("%w: %q", ErrUnknownLimit, limitName)
+	case key == "":
+		return Result{}, fmt.Errorf("%w: Adjust: empty key", ErrInvalidRequest)
+	}
+	reqs := []Request{{Key: key, Limit: &l.limits[i], Cost: delta}}
+	out := make([]Decision, 1)
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Adjust(tctx, reqs, out); err != nil {
+		return Result{}, l.storeError(ctx, tctx, err)
+	}
+	return Result{Allowed: true, Decisions: out}, nil
+}
+
+// Problem types (RFC 9457 §3.1.1) of the default responses.
+const (
+	// ProblemQuotaExceeded is the type of the 429 refusal, defined by
+	// draft-ietf-httpapi-ratelimit-headers-11 §5.1 with the extension
+	// member "violated-policies" (the names of the refusing limits). The
+	// default body adds "retry-after-seconds", equal to Retry-After.
+	ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+	// ProblemRequestTooLarge is the type of the 413 refusal of a request
+	// whose cost exceeds a limit's burst, so that no amount of waiting
+	// admits it: clients must not retry it unchanged (there is no
+	// Retry-After). The draft defines no such type, so this URI, which
+	// resolves to this documentation, names it. "violated-policies" lists
+	// the limits the request can never fit.
+	ProblemRequestTooLarge = "https://pkg.go.dev/github.com/rampmeter/ratelimit#ProblemRequestTooLarge"
+
+	// ProblemTemporaryReducedCapacity is the type of the 503 sent under
+	// FailClosed when the store fails (draft -11 §5.2): the limiter
+	// cannot decide, so capacity is temporarily none.
+	ProblemTemporaryReducedCapacity = "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+)
+
+// problem is an RFC 9457 problem details object.
+type problem struct {
+	Type              string   `json:"type"`
+	Title             string   `json:"title"`
+	Status            int      `json:"status"`
+	Detail            string   `json:"detail,omitempty"`
+	ViolatedPolicies  []string `json:"violated-policies,omitempty"`
+	RetryAfterSeconds int64    `json:"retry-after-seconds,omitempty"`
+}
+
+// writeProblem answers with p as application/problem+json.
+func writeProblem(w http.ResponseWriter, p *problem) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // details quote "<key>"; the media type is not HTML
+	_ = enc.Encode(p)        // cannot fail: strings, string slices and integers
+	body := buf.Bytes()
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(body)
+}
+
+// DefaultRejectHandler is the RejectHandler New installs. It answers with
+// rej.Status and an RFC 9457 problem (application/problem+json):
+//
+//   - 429: type ProblemQuotaExceeded, title "Too Many Requests", a detail
+//     naming the binding limit, its quota and period and the wait, the
+//     refusing limits in "violated-policies" and the wait in
+//     "retry-after-seconds" (the Retry-After value):
+//     {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded: the \"requests\" limit allows 60 requests per minute; retry after 1 second","violated-policies":["requests"],"retry-after-seconds":1}
+//   - 413: type ProblemRequestTooLarge, title "Request Too Large", a detail
+//     such as "request too large: estimated 150000 tokens exceeds the
+//     \"tokens\" limit's capacity of 100000; do not retry it unchanged".
+//   - 503: type ProblemTemporaryReducedCapacity. The store error is not
+//     shown to the client.
+//
+// Custom handlers may call it after logging or adding fields.
+func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection) {
+	p := &problem{Status: rej.Status}
+	switch rej.Status {
+	case http.StatusServiceUnavailable:
+		p.Type, p.Title = ProblemTemporaryReducedCapacity, http.StatusText(http.StatusServiceUnavailable)
+		secs := retryAfterSeconds(rej.RetryAfter)
+		p.Detail = "the rate limiter cannot decide right now; retry after " + plural(secs, "second")
+		p.RetryAfterSeconds = secs
+	case http.StatusRequestEntityTooLarge:
+		p.Type, p.Title = ProblemRequestTooLarge, "Request Too Large"
+		for i := range rej.Decisions {
+			if d := &rej.Decisions[i]; d.Never() {
+				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.Name())
+			}
+		}
+		if d := rej.Binding(); d != nil {
+			p.Detail = fmt.Sprintf("request too large: estimated %s exceeds the %q limit's capacity of %d; do not retry it unchanged",
+				units(costAt(rej.Costs, rej.Decisions, d), d.Limit.Unit()), d.Limit.Name(), d.Limit.Burst())
+		}
+	default:
+		p.Type, p.Title = ProblemQuotaExceeded, http.StatusText(http.StatusTooManyRequests)
+		for i := range rej.Decisions {
+			if d := &rej.Decisions[i]; !d.Allowed {
+				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.Name())
+			}
+		}
+		secs := retryAfterSeconds(rej.RetryAfter)
+		p.RetryAfterSeconds = secs
+		if d := rej.Binding(); d != nil {
+			l := d.Limit
+			p.Detail = fmt.Sprintf("quota exceeded: the %q limit allows %s per %s", l.Name(), units(l.Quota(), l.Unit()), periodPhrase(l.Period()))
+			if cost := costAt(rej.Costs, rej.Decisions, d); cost != 1 {
+				p.Detail += fmt.Sprintf(" and this request needs %d (%d left)", cost, d.Remaining)
+			}
+			p.Detail += "; retry after " + plural(secs, "second")
+		}
+	}
+	writeProblem(w, p)
+}
+
+// DefaultKeyErrorHandler answers a request whose key function failed with
+// an RFC 9457 problem of type about:blank. The status is the error's
+// (StatusError), else 400 Bad Request. The detail is the error's message
+// when the error chose its status (so it was written for clients) and a
+// generic sentence otherwise. A 401 gets "WWW-Authenticate: Bearer" unless
+// the response already has a WWW-Authenticate field, as RFC 9110 §15.5.2
+// requires of 401 responses.
+func DefaultKeyErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	status, show := statusOf(err, http.StatusBadRequest)
+	detail := "the request carries no usable rate-limit key"
+	if show {
+		detail = err.Error()
+	}
+	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
+		w.Header().Set("WWW-Authenticate", "Bearer")
+	}
+	writeProblem(w, &problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+// writeCostError answers a request whose cost function for l failed.
+func writeCostError(w http.ResponseWriter, l *Limit, err error) {
+	status, show := statusOf(err, http.StatusBadRequest)
+	detail := fmt.Sprintf("the request's cost for the %q limit could not be estimated", l.Name())
+	if show {
+		detail = err.Error()
+	}
+	writeProblem(w, &problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+}
+
+// costAt returns the cost charged for decision d, or 1 when costs is not
+// aligned with ds (a hand-made Rejection).
+func costAt(costs []int64, ds []Decision, d *Decision) int64 {
+	for i := range ds {
+		if &ds[i] == d && i < len(costs) {
+			return costs[i]
+		}
+	}
+	return 1
+}
+
+// units formats n of unit u: "1 request", "60 requests", "150000 tokens".
+func units(n int64, u Unit) string {
+	s := strconv.FormatInt(n, 10) + " " + string(u)
+	if n == 1 && len(u) > 1 && u[len(u)-1] == 's' {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// plural formats n of a regular noun: "1 second", "2 seconds".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}
+
+// periodPhrase names a period for "per ...": "minute", "10 seconds",
+// "day", "1.5s".
+func periodPhrase(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		noun string
+	}{{24 * time.Hour, "day"}, {time.Hour, "hour"}, {time.Minute, "minute"}, {time.Second, "second"}} {
+		if d%u.d == 0 {
+			if d == u.d {
+				return u.noun
+			}
+			return plural(int64(d/u.d), u.noun)
+		}
+	}
+	return d.String()
+}
+
+func formatSeconds(n int64) string { return strconv.FormatInt(n, 10) }
