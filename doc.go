@@ -1,0 +1,35 @@
+// Package ratelimit limits HTTP APIs (and outbound calls) per key, per
+// request and per AI token, exactly across any number of processes.
+//
+// A [KeyFunc] names who pays for a request (an API key, a client IP, a
+// route, or a composition). A set of [Limit]s (policies) says how much a key
+// may spend: for example 60 requests per minute and 100,000 tokens per day.
+// A [Store] decides every limit at once, all or nothing: either each limit
+// has room and each is charged, or none is charged and the request is
+// refused. [store/memory] keeps state in one process; [store/redis] shares it
+// between processes with one Lua script per decision (one round trip) and the
+// Redis server's clock.
+//
+// The [Limiter] turns decisions into HTTP behaviour: its Handler method is a
+// func(http.Handler) http.Handler for chi (r.Use, r.With, groups) or the
+// standard library. Admitted requests carry the IETF RateLimit and
+// RateLimit-Policy fields (draft-ietf-httpapi-ratelimit-headers-11);
+// refused ones get 429 with Retry-After and an RFC 9457 problem body; a
+// request whose cost can never fit gets 413 without Retry-After. When the
+// store fails, the request fails open (counted and reported) or closed (503),
+// by configuration.
+//
+// For AI tokens, whose real count is known only after the model answers, a
+// limit's [CostFunc] reserves an estimate before the handler runs and the
+// handler reports the real usage with [ReportUsage]; the difference is
+// settled exactly once after the handler returns, however it returns.
+//
+// Algorithms (see [Algorithm]): TokenBucket (default), GCRA, LeakyBucket,
+// SlidingWindow, SlidingLog and FixedWindow. Their math is written once, as
+// pure functions of (state, now, cost) in integer microseconds
+// ([Limit.TakeAt], [Limit.AdjustFrom]); the Redis script mirrors it and the
+// conformance suite in store/storetest holds every store to it.
+//
+// [store/memory]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/memory
+// [store/redis]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/redis
+package ratelimit
