@@ -320,6 +320,7 @@ func (l *Limit) windowAdjust(s State, now, chargedAt, delta int64) (State, Decis
 		}
 	}
 	limit := 2 * l.quota
+	delta = clamp(delta, -limit, limit) // so that adding it cannot overflow
 	switch {
 	case cw == s.Updated:
 		s.Level = clamp(s.Level+delta, 0, limit)

@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -259,5 +260,19 @@ func TestAllAlgorithmsNeverAndPeek(t *testing.T) {
 		assert.False(t, d.Allowed, a.String())
 		assert.Positive(t, d.RetryAfter, a.String())
 		assert.Greater(t, l.ExpiresAt(s), t0, a.String())
+	}
+}
+
+// A huge adjustment saturates a window at twice its quota instead of
+// overflowing int64 and emptying it.
+func TestWindowAdjustSaturates(t *testing.T) {
+	for _, a := range []Algorithm{FixedWindow, SlidingWindow} {
+		l := PerMinute(60).WithAlgorithm(a)
+		s, _ := l.TakeAt(State{}, t0, 5)
+		s, d := l.AdjustAt(s, t0, math.MaxInt64)
+		assert.Equal(t, int64(120), s.Level, a.String())
+		assert.Zero(t, d.Remaining, a.String())
+		s, _ = l.AdjustAt(s, t0, math.MinInt64)
+		assert.Zero(t, s.Level, a.String())
 	}
 }

@@ -1,0 +1,130 @@
+package redisstore_test
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/redistest"
+	redisstore "github.com/rampmeter/ratelimit/store/redis"
+)
+
+const benchKeys = 10_000
+
+// BenchmarkTake measures stacked Takes (60 requests per minute and 100,000
+// tokens per day, the seed scenario) against the real redis-server, over
+// 10,000 caller keys, with the server's clock (TIME) as in production. Each
+// op is one Take of two limits, i.e. two decisions; decisions/s is reported
+// as a metric. "serial" is one goroutine, "parallel64" 64 goroutines sharing
+// one client (PoolSize 64). Keys are deleted afterwards.
+func BenchmarkTake(b *testing.B) {
+	addr := redistest.Addr(b)
+	rpm := ratelimit.PerMinute(600).Named("requests") // roomy: most takes are charged
+	tpd := ratelimit.PerDay(100_000_000).Named("tokens")
+	keys := make([]string, benchKeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("api-key-%05d", i)
+	}
+
+	run := func(b *testing.B, goroutines int) {
+		client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64})
+		defer client.Close()
+		prefix := redistest.Prefix(b)
+		defer deletePrefix(b, client, prefix)
+		s, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var next atomic.Uint64
+		var allowed atomic.Int64
+		b.ReportAllocs()
+		if goroutines > 1 {
+			b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+		}
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			reqs := make([]ratelimit.Request, 2)
+			out := make([]ratelimit.Decision, 2)
+			for pb.Next() {
+				k := keys[next.Add(1)%benchKeys]
+				reqs[0] = ratelimit.Request{Key: k, Limit: &rpm, Cost: 1}
+				reqs[1] = ratelimit.Request{Key: k, Limit: &tpd, Cost: 500}
+				if err := s.Take(b.Context(), reqs, out); err != nil {
+					b.Error(err)
+					return
+				}
+				if out[0].Allowed {
+					allowed.Add(1)
+				}
+			}
+		})
+		b.StopTimer()
+		sec := b.Elapsed().Seconds()
+		b.ReportMetric(float64(2*b.N)/sec, "decisions/s")
+		b.ReportMetric(float64(b.N)/sec, "takes/s")
+		if allowed.Load() == 0 {
+			b.Error("nothing was allowed")
+		}
+	}
+	b.Run("serial", func(b *testing.B) {
+		// RunParallel with parallelism 1 still starts GOMAXPROCS goroutines;
+		// a plain loop is one goroutine.
+		client := redis.NewClient(&redis.Options{Addr: addr})
+		defer client.Close()
+		prefix := redistest.Prefix(b)
+		defer deletePrefix(b, client, prefix)
+		s, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs := make([]ratelimit.Request, 2)
+		out := make([]ratelimit.Decision, 2)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			k := keys[i%benchKeys]
+			reqs[0] = ratelimit.Request{Key: k, Limit: &rpm, Cost: 1}
+			reqs[1] = ratelimit.Request{Key: k, Limit: &tpd, Cost: 500}
+			if err := s.Take(b.Context(), reqs, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sec := b.Elapsed().Seconds()
+		b.ReportMetric(float64(2*b.N)/sec, "decisions/s")
+		b.ReportMetric(float64(b.N)/sec, "takes/s")
+	})
+	b.Run("parallel64", func(b *testing.B) { run(b, 64) })
+}
+
+// BenchmarkKey measures the key derivation alone (HMAC-SHA256, base64 and
+// concatenation), to compare with a round trip.
+func BenchmarkKey(b *testing.B) {
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer client.Close()
+	s, err := redisstore.New(client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := ratelimit.PerMinute(60)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = s.Key("api-key-00042", &l)
+	}
+}
+
+// BenchmarkPingBaseline is one PING per op on the same server and client
+// settings as BenchmarkTake/serial: the round-trip floor a Take is compared
+// with.
+func BenchmarkPingBaseline(b *testing.B) {
+	client := redis.NewClient(&redis.Options{Addr: redistest.Addr(b)})
+	defer client.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := client.Ping(b.Context()).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

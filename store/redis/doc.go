@@ -1,0 +1,130 @@
+// Package redisstore is the many-process ratelimit.Store: every instance of
+// a service that uses the same Redis (standalone, Sentinel, Cluster or Ring
+// through go-redis v9), the same key prefix and the same key secret shares
+// one state per caller key and limit.
+//
+//	client := redis.NewClient(&redis.Options{
+//		Addr:                  "redis:6379",
+//		ContextTimeoutEnabled: true, // let the caller's deadline end a call (see below)
+//	})
+//	store, err := redisstore.New(client, redisstore.WithKeySecret(secret))
+//
+// # One round trip
+//
+// Take and Adjust each run one Lua script (ratelimit.lua, embedded) with
+// EVALSHA, whatever the number of stacked limits; when the server does not
+// have the script cached (after SCRIPT FLUSH, a restart or a failover)
+// go-redis sends it once with EVAL. The script decides every request in
+// order and, for Take, writes only if all are allowed, so a stacked Take is
+// atomic: a request refused by its tokens-per-day limit charges nothing to
+// its requests-per-minute limit.
+//
+// The script implements every ratelimit.Algorithm by mirroring the Go
+// functions (*ratelimit.Limit).TakeAt, AdjustFrom and ExpiresAt in exact
+// integers: Lua numbers are doubles, and ratelimit's bounds (bucket
+// capacity at most 2^51 and level at most 2^52, window quota × period in
+// milliseconds at most 2^50, times in microseconds) keep every intermediate
+// below 2^53. The tests compare the two step by step, per algorithm, on
+// rates such as 7 per 3 s and 1 per µs and at the bounds. Decision.At is
+// the clock the script decided by; Decision.Delay is set for LeakyBucket.
+//
+// Redis runs scripts on its one command thread, so their cost bounds a
+// server's throughput. Measured with INFO commandstats on redis-server 7
+// (a shared 2-core VM; a trivial script took 2 µs): a charged Take of one
+// token-bucket limit about 30 µs, of two about 37 µs, of five about 68 µs;
+// sliding windows and logs take up to twice as long. A SlidingLog's state
+// is its log, run-length encoded (one entry per distinct admission time,
+// up to 2×Quota of them), which the script parses and rewrites whole on
+// every charge: prefer SlidingWindow or a bucket for large quotas.
+//
+// # Clock
+//
+// By default the script reads the Redis server's clock (TIME, to the
+// microsecond), so instances whose clocks disagree still make the same
+// decisions. WithClock makes the store decide by a clock of the caller's
+// instead: for tests, or when all instances run clocks you trust. Either
+// way a clock that steps backwards creates no capacity.
+//
+// # Keys and state
+//
+// The state of caller key k under limit l lives at
+//
+//	prefix + "{" + base64url(HMAC-SHA256(secret, k))[:22] + "}:" + l.ID()
+//
+// (see Store.Key). Raw caller keys (API keys, IP addresses) never reach
+// Redis. The default secret is a fixed public salt, which stops no one who
+// can read Redis from hashing guesses of low-entropy keys such as IP
+// addresses; WithKeySecret with a random secret shared by all instances
+// stops that. All limits of one caller key share the hash tag, so a stacked
+// call touches one Redis Cluster slot. Limit.ID encodes the limit's name,
+// algorithm, quota, period and burst, so a changed limit starts afresh.
+//
+// A key holds one string: "<level>:<updated>" for the buckets (the level
+// in the limit's internal units and the microsecond it was computed, as in
+// ratelimit.State), "<tat>" for GCRA, "<count>:<window start>" for a fixed
+// window, "<count>:<window start>:<previous count>" for a sliding window,
+// and "<t>:<n>,<t>:<n>,..." for a sliding log. A token-bucket key takes
+// about 150 bytes of Redis memory (MEMORY USAGE, default prefix, a limit
+// named "requests"). Each key expires (PX) when its state becomes
+// equivalent to a key never seen (ExpiresAt: a bucket full again, a window
+// passed), rounded up to the millisecond, so idle callers cost nothing; a
+// charge or refund that leaves a state already there deletes the key.
+// Peeks (cost 0) and refused Takes write nothing. A key holding anything
+// else makes the call fail with a "malformed rate-limit state" error
+// rather than guess.
+//
+// # Redis Cluster and Ring
+//
+// On a *redis.ClusterClient or *redis.Ring one call may only stack limits
+// of one caller key, since keys of different callers hash to different
+// slots or shards: Take and Adjust refuse a call mixing caller keys with an
+// error wrapping ratelimit.ErrInvalidRequest before sending anything. A
+// standalone or Sentinel client accepts such calls.
+//
+// # Deadlines, retries and double charging
+//
+// When a call fails with a timeout or a dropped connection, the script may
+// or may not have run; the store never sends it again itself. go-redis
+// (v9.23, redis.go processWithRetry and error.go shouldRetry, pinned by
+// this package's TestGoRedis tests) may:
+//
+//   - A client re-sends a command up to Options.MaxRetries times (default
+//     3) after an error it considers retryable. Two of those are ambiguous
+//     for a script that writes: a connection closed after the command was
+//     sent (io.EOF), and a socket read timeout (Options.ReadTimeout, default
+//     5 s). Each replay charges again.
+//   - Errors of the context (canceled, deadline exceeded) are never
+//     retried, and before every retry the client sleeps a backoff that ends
+//     early when the context is done, so a call ended by its context is not
+//     replayed.
+//   - The context's deadline bounds socket reads and writes only when
+//     Options.ContextTimeoutEnabled is true. Otherwise go-redis consults the
+//     context only while it waits for a pooled connection and between
+//     retries, and a call to an unresponsive Redis lasts ReadTimeout
+//     whatever its deadline (a 30 ms deadline with a 300 ms ReadTimeout
+//     returns after 300 ms).
+//   - A ClusterClient also retries such errors itself, up to MaxRedirects
+//     times (default 3), on the same node and then on another; the rules
+//     above apply to each attempt.
+//
+// Client settings for this store, therefore:
+//
+//   - ContextTimeoutEnabled: true, so that the deadline the caller (the
+//     rate-limit middleware) puts on each call also ends it;
+//   - ReadTimeout and WriteTimeout longer than that deadline (the 5 s
+//     default is), so that a slow reply is ended by the context, which is
+//     never replayed, rather than by the socket timeout, which is;
+//   - MaxRetries: -1 to never re-send a script after a dropped connection
+//     either. It also gives up retries that are safe (a pool timeout,
+//     LOADING, READONLY during a failover); a failed call then goes to the
+//     caller's failure mode. Keep the default if a rare double charge is
+//     better than a failed call.
+//
+// # Redis versions
+//
+// The script uses GET, SET with PX, DEL and TIME. On Redis 3.2 to 4.x it
+// switches to effects replication (redis.replicate_commands), which makes
+// writing after TIME legal; Redis 5 and later do so by default. Older
+// servers refuse the script's writes unless the store uses WithClock. The
+// tests run on redis-server 7 and on miniredis.
+package redisstore

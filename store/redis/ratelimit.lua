@@ -1,0 +1,648 @@
+-- rampmeter rate limiting, Redis side.
+--
+-- This script is the Redis twin of the Go functions in package ratelimit's
+-- algorithm.go: (*Limit).TakeAt, AdjustFrom and ExpiresAt for every
+-- algorithm (token bucket, leaky bucket, GCRA, fixed window, sliding-window
+-- counter, sliding log). It must compute exactly the same integers; the
+-- package tests compare the two step by step. Each Lua function below names
+-- the Go function it mirrors.
+--
+-- Call (one EVALSHA per Store.Take or Store.Adjust, however many limits):
+--   KEYS[i]   state key of request i (the keys of one caller share a hash
+--             tag; a key may repeat, and repeats apply in order)
+--   ARGV[1]   "t" = Take (all or nothing), "a" = Adjust (no check)
+--   ARGV[2]   now in microseconds since the Unix epoch, or "" to read the
+--             Redis server clock (TIME)
+--   ARGV[3 + 8(i-1) ...], eight per request:
+--     algo    "t" token bucket, "l" leaky bucket, "g" GCRA, "f" fixed
+--             window, "F" fixed window aligned to the first hit, "s"
+--             sliding-window counter, "o" sliding log
+--     scale, drain   ratelimit.Limit.Params: one unit refills in
+--                    scale/drain µs
+--     burst, quota   units
+--     period         µs
+--     cost           Take: >= 0; Adjust: the delta, clamped by Go to
+--                    +-2^53 (2^52+1 already saturates every rule)
+--     at             Adjust: when the settled usage was charged (µs), 0 = now
+-- Reply: a flat array: now (µs), then five integers per request: allowed
+-- (0/1), remaining (units), reset (µs), retry (µs; 0 when allowed, -1 =
+-- never), delay (µs, leaky bucket).
+--
+-- Stored state (ratelimit.State), one Redis string per key:
+--   token/leaky bucket   "<level>:<updated>"
+--   GCRA                 "<tat>"
+--   fixed window         "<count>:<window start>"
+--   sliding window       "<count>:<window start>:<previous count>"
+--   sliding log          "<t>:<n>,<t>:<n>,..." the log run-length encoded:
+--                        n admissions at µs t, oldest first
+-- Every key expires (PX) when its state becomes equivalent to a key never
+-- seen (ExpiresAt), rounded up to the millisecond; a state already there is
+-- deleted instead of written.
+--
+-- Arithmetic. Lua numbers are IEEE-754 doubles, exact for integers below
+-- 2^53. All values here are integers: microseconds (about 1.8e15 today) and
+-- counts bounded by ratelimit's validation (bucket capacity <= 2^51, level
+-- <= 2^52; window quota <= 2^49 and quota x period-ms <= 2^50), so every
+-- sum and product below stays under 2^53 (comments argue it where it is not
+-- obvious). Only '/' is inexact, so it appears only in floordiv. Redis
+-- truncates returned numbers to integers; every value returned is already
+-- an integer, so nothing is lost (a fraction would have to be returned as a
+-- string).
+
+-- Redis 3.2-4.x replicate scripts verbatim by default and then refuse writes
+-- after a non-deterministic command such as TIME; effects replication (the
+-- default since Redis 5, the only mode since 7) makes it safe. The function
+-- is deprecated since Redis 7; the guard keeps the script working should a
+-- later version drop it.
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+
+local MAX_LEVEL = 4503599627370496 -- 2^52, ratelimit.maxLevel
+
+local floor, max, min = math.floor, math.max, math.min
+
+-- floordiv returns floor(a/b) exactly for integers 0 <= a, 0 < b with
+-- a + b < 2^53 (every caller satisfies this). a/b is rounded to the nearest
+-- double. It cannot round up to the next integer k: k - a/b is at least
+-- 1/b, while the rounding error is at most (a/b)*2^-53 < 1/b. Nor down past
+-- an integer, since rounding is monotonic and integers below 2^53 are
+-- doubles. So math.floor is already exact here; the two checks guard that
+-- argument for two multiplications, which are exact because q*b and (q+1)*b
+-- lie within b of a.
+local function floordiv(a, b)
+  local q = floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- ceildiv returns ceil(a/b) for b > 0, and 0 for a <= 0 (Go's ceilDiv).
+local function ceildiv(a, b)
+  if a <= 0 then
+    return 0
+  end
+  return floordiv(a - 1, b) + 1
+end
+
+-- gomod returns Go's a % b (b > 0): the sign follows a.
+local function gomod(a, b)
+  if a >= 0 then
+    return a - floordiv(a, b) * b
+  end
+  return -((-a) - floordiv(-a, b) * b)
+end
+
+-- ---- Token bucket, leaky bucket and GCRA ----
+-- State {level, updated}; GCRA keeps {tat} and converts (gcraBucket).
+
+-- drainTo: bring a bucket forward to now. A clock that moved backwards
+-- (now <= updated) leaves it as it is.
+local function drain_to(st, now, p)
+  if now <= st[2] then
+    return
+  end
+  local elapsed = now - st[2]
+  -- elapsed may be huge (a key idle for years); compare before multiplying.
+  if elapsed >= ceildiv(st[1], p.drain) then
+    st[1] = 0
+  else
+    -- elapsed < ceil(level/drain), so elapsed*drain < level + drain < 2^53.
+    st[1] = st[1] - elapsed * p.drain
+  end
+  st[2] = now
+end
+
+-- describeBucket: remaining = floor((capacity - level)/scale) when
+-- positive, reset = ceil(level/drain).
+local function describe_bucket(st, p)
+  local capacity = p.burst * p.scale
+  local remaining = 0
+  if st[1] < capacity then
+    remaining = floordiv(capacity - st[1], p.scale)
+  end
+  return remaining, ceildiv(st[1], p.drain)
+end
+
+-- bucketTake. Returns allowed, retry, delay.
+local function bucket_take(st, now, cost, p)
+  drain_to(st, now, p)
+  local capacity = p.burst * p.scale
+  if cost > p.burst then
+    return 0, -1, 0
+  end
+  -- cost <= burst, so cost*scale <= capacity <= 2^51, and level <= 2^52.
+  local need = st[1] + cost * p.scale
+  if need > capacity then
+    return 0, ceildiv(need - capacity, p.drain), 0
+  end
+  local delay = 0
+  if p.algo == 'l' then
+    delay = ceildiv(st[1], p.drain) -- the queue ahead of this request
+  end
+  st[1] = need
+  return 1, 0, delay
+end
+
+-- bucketAdjust. The comparisons come first so that delta*scale is only
+-- formed when the result stays within [0, 2^52].
+local function bucket_adjust(st, now, delta, p)
+  drain_to(st, now, p)
+  if delta > 0 then
+    if delta > floordiv(MAX_LEVEL - st[1], p.scale) then
+      st[1] = MAX_LEVEL
+    else
+      st[1] = st[1] + delta * p.scale
+    end
+  elseif delta < 0 then
+    if delta <= -ceildiv(st[1], p.scale) then
+      st[1] = 0
+    else
+      st[1] = st[1] + delta * p.scale
+    end
+  end
+end
+
+-- gcraBucket / gcraState: the bucket level is max(0, tat - now), and a
+-- bucket at level 0 is the zero state (tat 0). tat <= now + 2^52 < 2^53.
+local function gcra_bucket(st, now)
+  return {max(0, st[1] - now), now}
+end
+
+local function gcra_state(b, st, now)
+  if b[1] == 0 then
+    st[1] = 0
+  else
+    st[1] = now + b[1]
+  end
+end
+
+-- ---- Fixed window and sliding-window counter ----
+-- State {count, window start, previous count}.
+
+local function is_fixed(p)
+  return p.algo == 'f' or p.algo == 'F'
+end
+
+-- windowStart: the start of the window holding now; aligned to the epoch,
+-- or for 'F' to the hit that opened it. A clock that moved backwards stays
+-- in the stored window.
+local function window_start(st, now, p)
+  if p.algo == 'F' then
+    if st[2] ~= 0 and now < st[2] + p.period then
+      return st[2]
+    end
+    return now
+  end
+  return max(now - gomod(now, p.period), st[2])
+end
+
+-- roll: move to the window starting at w; the count becomes the previous
+-- count only if w is the very next window, and never for a fixed window.
+local function roll(st, w, p)
+  if w == st[2] then
+    return
+  end
+  if w == st[2] + p.period and not is_fixed(p) then
+    st[3] = st[1]
+  else
+    st[3] = 0
+  end
+  st[1], st[2] = 0, w
+end
+
+-- weightUnits: the sliding window's period in whole milliseconds (New
+-- checks it divides), 1 for a fixed window.
+local function weight_units(p)
+  if p.algo == 's' then
+    return floordiv(p.period, 1000)
+  end
+  return 1
+end
+
+-- windowUsed: usage at now including cost, in units x weightUnits. For the
+-- sliding window prev x (pm - em) + (count + cost) x pm with em in [0, pm):
+-- prev <= 2 quota and count + cost <= 3 quota, times pm, is below 5 x 2^50.
+local function window_used(st, now, cost, p)
+  if p.algo ~= 's' then
+    return st[1] + cost
+  end
+  local pm = floordiv(p.period, 1000)
+  local em = floordiv(max(0, now - st[2]), 1000)
+  return st[3] * (pm - em) + (st[1] + cost) * pm
+end
+
+-- ExpiresAt for the windows: a count expires with its window, a previous
+-- count one window later.
+local function window_expires(st, p)
+  if is_fixed(p) then
+    if st[1] == 0 then
+      return st[2]
+    end
+    return st[2] + p.period
+  end
+  if st[1] > 0 then
+    return st[2] + 2 * p.period
+  elseif st[3] > 0 then
+    return st[2] + p.period
+  end
+  return st[2]
+end
+
+-- windowRetry: µs until cost (<= quota) fits.
+local function window_retry(st, now, cost, p)
+  if p.algo ~= 's' then
+    return st[2] + p.period - now
+  end
+  local pm = floordiv(p.period, 1000)
+  -- Later in this window: the previous count's weight falls as e grows;
+  -- the first whole millisecond e with prev x (pm - e) <= (quota - count -
+  -- cost) x pm. a x pm <= quota x pm <= 2^50.
+  local a = p.quota - st[1] - cost
+  if a >= 0 and st[3] > 0 then
+    local e = pm - floordiv(a * pm, st[3])
+    if e < pm then
+      return st[2] + e * 1000 - now
+    end
+  end
+  -- In the next window the current count becomes the previous one.
+  local e = 0
+  if st[1] > 0 then
+    e = max(0, pm - floordiv((p.quota - cost) * pm, st[1]))
+  end
+  return st[2] + p.period + e * 1000 - now
+end
+
+-- describeWindow.
+local function describe_window(st, now, p)
+  local pm = weight_units(p)
+  local used = window_used(st, now, 0, p)
+  local remaining = 0
+  if used < p.quota * pm then
+    remaining = min(p.quota, floordiv(p.quota * pm - used, pm))
+  end
+  local reset = 0
+  local exp = window_expires(st, p)
+  if exp > now then
+    reset = exp - now
+  end
+  return remaining, reset
+end
+
+-- windowTake. Returns allowed, retry, delay.
+local function window_take(st, now, cost, p)
+  roll(st, window_start(st, now, p), p)
+  if cost > p.quota then
+    return 0, -1, 0
+  end
+  if window_used(st, now, cost, p) > p.quota * weight_units(p) then
+    return 0, window_retry(st, now, cost, p), 0
+  end
+  st[1] = st[1] + cost
+  return 1, 0, 0
+end
+
+-- windowAdjust: credit delta to the window charged at chargedAt (the
+-- current one or, sliding, the previous one); a refund for a window that
+-- has passed is dropped, an overage goes to the current window. Counts stay
+-- in [0, 2 quota]; |delta| <= 2^53 may round in the sum, but any such sum
+-- is far outside that range and clamps to the same bound.
+local function window_adjust(st, now, charged_at, delta, p)
+  roll(st, window_start(st, now, p), p)
+  local cw = charged_at - gomod(charged_at, p.period)
+  if p.algo == 'F' then
+    cw = st[2]
+    if charged_at < st[2] then
+      cw = st[2] - 1 -- a previous window
+    end
+  end
+  local limit = 2 * p.quota
+  if cw == st[2] then
+    st[1] = min(max(st[1] + delta, 0), limit)
+  elseif p.algo == 's' and cw == st[2] - p.period then
+    st[3] = min(max(st[3] + delta, 0), limit)
+  elseif delta > 0 then
+    st[1] = min(max(st[1] + delta, 0), limit)
+  end
+end
+
+-- ---- Sliding log ----
+-- State {runs}: runs[i] = {t, n}, n admissions at µs t, t increasing.
+-- ratelimit.State.Log is the same list with each run written out.
+
+local function log_count(runs)
+  local n = 0
+  for i = 1, #runs do
+    n = n + runs[i][2]
+  end
+  return n
+end
+
+-- logLive: drop the entries that left the window (t + period <= now).
+local function log_live(runs, now, p)
+  local i = 1
+  while i <= #runs and runs[i][1] + p.period <= now do
+    i = i + 1
+  end
+  if i > 1 then
+    local live = {}
+    for j = i, #runs do
+      live[#live + 1] = runs[j]
+    end
+    return live
+  end
+  return runs
+end
+
+-- logAppend: n entries at now, kept in order if the clock moved back.
+local function log_append(runs, now, n)
+  if n <= 0 then
+    return
+  end
+  local last = runs[#runs]
+  if last then
+    now = max(now, last[1])
+    if last[1] == now then
+      last[2] = last[2] + n
+      return
+    end
+  end
+  runs[#runs + 1] = {now, n}
+end
+
+-- describeLog.
+local function describe_log(runs, now, p)
+  local remaining = max(0, p.quota - log_count(runs))
+  local reset = 0
+  if #runs > 0 then
+    reset = runs[#runs][1] + p.period - now
+  end
+  return remaining, reset
+end
+
+-- logTake. Returns allowed, retry, delay.
+local function log_take(st, now, cost, p)
+  st[1] = log_live(st[1], now, p)
+  local runs = st[1]
+  local n = log_count(runs)
+  if cost > p.quota then
+    return 0, -1, 0
+  end
+  if n + cost > p.quota then
+    -- The oldest k entries must expire before cost fits: wait for the
+    -- k-th (1-based).
+    local k = n + cost - p.quota
+    for i = 1, #runs do
+      k = k - runs[i][2]
+      if k <= 0 then
+        return 0, runs[i][1] + p.period - now, 0
+      end
+    end
+  end
+  log_append(runs, now, cost)
+  return 1, 0, 0
+end
+
+-- logAdjust: a charge appends (the log holds at most 2 quota entries); a
+-- refund removes the newest entries charged at or after chargedAt.
+local function log_adjust(st, now, charged_at, delta, p)
+  st[1] = log_live(st[1], now, p)
+  local runs = st[1]
+  if delta > 0 then
+    log_append(runs, now, min(delta, 2 * p.quota - log_count(runs)))
+  elseif delta < 0 then
+    while #runs > 0 and delta < 0 and runs[#runs][1] >= charged_at do
+      local last = runs[#runs]
+      local k = min(last[2], -delta)
+      last[2] = last[2] - k
+      delta = delta + k
+      if last[2] == 0 then
+        runs[#runs] = nil
+      end
+    end
+  end
+end
+
+-- ---- Dispatch, storage ----
+
+-- decode parses a stored string into the working state of algorithm p.
+local function decode(v, p)
+  local a = p.algo
+  if not v then
+    if a == 'o' then
+      return {{}}
+    end
+    return {0, 0, 0}
+  end
+  local st
+  if a == 't' or a == 'l' or a == 'f' or a == 'F' then
+    local l, u = string.match(v, '^(%d+):(%-?%d+)$')
+    if l then
+      st = {tonumber(l), tonumber(u), 0}
+    end
+  elseif a == 'g' then
+    local t = string.match(v, '^(%-?%d+)$')
+    if t then
+      st = {tonumber(t), 0, 0}
+    end
+  elseif a == 's' then
+    local l, u, pr = string.match(v, '^(%d+):(%-?%d+):(%d+)$')
+    if l then
+      st = {tonumber(l), tonumber(u), tonumber(pr)}
+    end
+  elseif a == 'o' then
+    local runs = {}
+    for t, n in string.gmatch(v, '(%-?%d+):(%d+)') do
+      runs[#runs + 1] = {tonumber(t), tonumber(n)}
+    end
+    if #runs > 0 then
+      st = {runs}
+    end
+  end
+  return st -- nil if v is malformed
+end
+
+-- encode formats a state for storage. %d goes through a C long (64 bits on
+-- every Redis platform); tostring would print large doubles with 14
+-- significant digits.
+local function encode(st, p)
+  local a = p.algo
+  if a == 'g' then
+    return string.format('%d', st[1])
+  elseif a == 's' then
+    return string.format('%d:%d:%d', st[1], st[2], st[3])
+  elseif a == 'o' then
+    local parts = {}
+    for i, r in ipairs(st[1]) do
+      parts[i] = string.format('%d:%d', r[1], r[2])
+    end
+    return table.concat(parts, ',')
+  end
+  return string.format('%d:%d', st[1], st[2])
+end
+
+-- expires_at mirrors (*Limit).ExpiresAt.
+local function expires_at(st, p)
+  local a = p.algo
+  if a == 'g' then
+    return st[1]
+  elseif a == 'o' then
+    local runs = st[1]
+    if #runs == 0 then
+      return 0
+    end
+    return runs[#runs][1] + p.period
+  elseif a == 't' or a == 'l' then
+    return st[2] + ceildiv(st[1], p.drain)
+  end
+  return window_expires(st, p)
+end
+
+-- take mirrors TakeAt; it updates st and returns allowed, remaining,
+-- reset, retry, delay.
+local function take(st, now, cost, p)
+  local a = p.algo
+  local allowed, retry, delay, remaining, reset
+  if a == 'g' then
+    local b = gcra_bucket(st, now)
+    allowed, retry, delay = bucket_take(b, now, cost, p)
+    remaining, reset = describe_bucket(b, p)
+    gcra_state(b, st, now)
+  elseif a == 'o' then
+    allowed, retry, delay = log_take(st, now, cost, p)
+    remaining, reset = describe_log(st[1], now, p)
+  elseif a == 't' or a == 'l' then
+    allowed, retry, delay = bucket_take(st, now, cost, p)
+    remaining, reset = describe_bucket(st, p)
+  else
+    allowed, retry, delay = window_take(st, now, cost, p)
+    remaining, reset = describe_window(st, now, p)
+  end
+  return allowed, remaining, reset, retry, delay
+end
+
+-- adjust mirrors AdjustFrom; it updates st and returns remaining, reset.
+local function adjust(st, now, charged_at, delta, p)
+  if charged_at <= 0 or charged_at > now then
+    charged_at = now
+  end
+  local a = p.algo
+  if a == 'g' then
+    local b = gcra_bucket(st, now)
+    bucket_adjust(b, now, delta, p)
+    gcra_state(b, st, now)
+    return describe_bucket(b, p)
+  elseif a == 'o' then
+    log_adjust(st, now, charged_at, delta, p)
+    return describe_log(st[1], now, p)
+  elseif a == 't' or a == 'l' then
+    bucket_adjust(st, now, delta, p)
+    return describe_bucket(st, p)
+  end
+  window_adjust(st, now, charged_at, delta, p)
+  return describe_window(st, now, p)
+end
+
+-- ---- Main ----
+
+local now
+if ARGV[2] == '' then
+  local t = redis.call('TIME')
+  -- seconds x 1e6 + microseconds: about 1.8e15 today, exact until the
+  -- year 2255 (2^53 µs).
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+else
+  now = tonumber(ARGV[2])
+end
+local is_take = ARGV[1] == 't'
+
+-- Per distinct key: the stored string (for peeks after a refusal), the
+-- working state, whether a request changed it, and the request params.
+local raw, work, dirty, params = {}, {}, {}, {}
+local order = {} -- distinct keys in first-seen order, for the write phase
+local reply = {now}
+local refused = false
+
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local b = 3 + 8 * (i - 1)
+  local p = {
+    algo = ARGV[b],
+    scale = tonumber(ARGV[b + 1]),
+    drain = tonumber(ARGV[b + 2]),
+    burst = tonumber(ARGV[b + 3]),
+    quota = tonumber(ARGV[b + 4]),
+    period = tonumber(ARGV[b + 5]),
+  }
+  local cost = tonumber(ARGV[b + 6])
+  local charged_at = tonumber(ARGV[b + 7])
+  params[i] = p
+
+  local st = work[key]
+  if not st then
+    local v = redis.call('GET', key)
+    raw[key] = v
+    st = decode(v, p)
+    if not st then
+      -- Not written by this script (or by another version of it): refuse
+      -- to guess. Nothing has been written yet.
+      return redis.error_reply('ERR rampmeter: malformed rate-limit state at key ' .. key)
+    end
+    work[key] = st
+    order[#order + 1] = key
+  end
+
+  local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
+  if is_take then
+    allowed, remaining, reset, retry, delay = take(st, now, cost, p)
+    if allowed == 0 then
+      refused = true
+    end
+  else
+    remaining, reset = adjust(st, now, charged_at, cost, p)
+  end
+  if cost ~= 0 then
+    dirty[key] = p
+  end
+  local n = 1 + 5 * (i - 1)
+  reply[n + 1] = allowed
+  reply[n + 2] = remaining
+  reply[n + 3] = reset
+  reply[n + 4] = retry
+  reply[n + 5] = delay
+end
+
+if refused then
+  -- All or nothing: write nothing. Allowed, retry and delay stay as
+  -- evaluated in order, but every request reports the stored, uncharged
+  -- state of its key at now (what a peek would see): the charges of
+  -- earlier requests in this call were not made.
+  for i = 1, #KEYS do
+    local key = KEYS[i]
+    local p = params[i]
+    local _, remaining, reset = take(decode(raw[key], p), now, 0, p)
+    local n = 1 + 5 * (i - 1)
+    reply[n + 2] = remaining
+    reply[n + 3] = reset
+  end
+  return reply
+end
+
+for _, key in ipairs(order) do
+  local p = dirty[key]
+  if p then
+    local st = work[key]
+    local ttl = expires_at(st, p) - now
+    if ttl <= 0 then
+      -- Equivalent to a key never seen: forget it.
+      if raw[key] then
+        redis.call('DEL', key)
+      end
+    else
+      -- Whole milliseconds, rounded up: the key must outlive its state.
+      redis.call('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000))
+    end
+  end
+end
+return reply

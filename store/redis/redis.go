@@ -1,0 +1,346 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	_ "embed" // the Lua script
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// ErrInvalidOption is wrapped by the errors New returns for a nil client or
+// an invalid Option.
+var ErrInvalidOption = errors.New("redisstore: invalid option")
+
+// DefaultPrefix is the key prefix used unless WithPrefix says otherwise.
+const DefaultPrefix = "rampmeter:"
+
+// defaultKeySecret is the HMAC key used without WithKeySecret. It is public
+// (it is in this source file), so it only keeps raw caller keys out of Redis;
+// it does not stop someone who can read Redis from testing guesses.
+var defaultKeySecret = []byte("rampmeter/redisstore/v1 public key-hash salt")
+
+// tagLen is the length of the hash tag: 22 base64url characters carry 132
+// bits of the HMAC, far beyond any birthday collision in practice.
+const tagLen = 22
+
+//go:embed ratelimit.lua
+var luaSource string
+
+// script is shared by every Store: its SHA-1 is computed once.
+var script = redis.NewScript(luaSource)
+
+// The bound on |cost| sent to Lua. Any |cost| above 2^52 already saturates
+// every rule (an Adjust never stores more than 2^52 or less than 0, and a
+// Take cost above 2^51 exceeds every burst and quota), so clamping to 2^53
+// changes no result and keeps the number exact as a Lua double.
+const maxLuaCost = int64(1) << 53
+
+// Option configures a Store; see New.
+type Option func(*config) error
+
+type config struct {
+	prefix string
+	now    func() time.Time
+	secret []byte
+}
+
+// WithPrefix sets the prefix of every Redis key the store writes (default
+// DefaultPrefix, "rampmeter:"). Use distinct prefixes to keep applications
+// or environments sharing one Redis apart. The prefix must be non-empty and
+// must not contain '{' or '}': the store puts its own Cluster hash tag right
+// after it, and Redis Cluster hashes the first {...} of a key.
+func WithPrefix(prefix string) Option {
+	return func(c *config) error {
+		switch {
+		case prefix == "":
+			return fmt.Errorf("%w: empty key prefix", ErrInvalidOption)
+		case strings.ContainsAny(prefix, "{}"):
+			return fmt.Errorf("%w: key prefix %q contains '{' or '}' (the store adds its own Cluster hash tag)", ErrInvalidOption, prefix)
+		}
+		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithClock makes the store decide by now instead of the Redis server clock
+// (TIME). By default every instance reads one clock, Redis's, so instances
+// whose clocks disagree still agree on every decision. Use WithClock for
+// tests with a fake clock, or when every instance runs NTP-disciplined
+// clocks you trust. now must not be nil; its result is taken to microsecond
+// precision.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) error {
+		if now == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidOption)
+		}
+		c.now = now
+		return nil
+	}
+}
+
+// WithKeySecret sets the HMAC-SHA256 key with which caller keys (API keys,
+// IP addresses) are hashed into Redis keys. Raw caller keys never reach
+// Redis either way, but the default key is public: whoever can read Redis
+// can hash guesses of low-entropy caller keys (IP addresses, short IDs) and
+// recognise them. A secret of at least 32 random bytes, shared by every
+// instance, stops that offline guessing. Changing the secret starts every
+// caller afresh (their state is under new keys and the old keys expire).
+// The secret must not be empty; it is copied.
+func WithKeySecret(secret []byte) Option {
+	return func(c *config) error {
+		if len(secret) == 0 {
+			return fmt.Errorf("%w: empty key secret", ErrInvalidOption)
+		}
+		c.secret = append([]byte(nil), secret...)
+		return nil
+	}
+}
+
+// Store is a ratelimit.Store kept in Redis and shared by every process that
+// uses the same Redis, key prefix and key secret. It is safe for concurrent
+// use. See the package documentation for its keys, clock and failure
+// behaviour.
+type Store struct {
+	client  redis.UniversalClient
+	prefix  string
+	now     func() time.Time // nil: Redis TIME
+	sharded bool             // Cluster or Ring: one caller key per call
+	hmacs   sync.Pool        // of *hasher, HMAC-SHA256 keyed with the secret
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New returns a Store on client, which may be a *redis.Client, a Sentinel
+// failover client, a *redis.ClusterClient or a *redis.Ring. The client's
+// retry and timeout settings matter; see the package documentation. New
+// does not contact Redis. It returns an error wrapping ErrInvalidOption for
+// a nil client or an invalid option.
+func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
+	}
+	c := config{prefix: DefaultPrefix, secret: defaultKeySecret}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{client: client, prefix: c.prefix, now: c.now}
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		s.sharded = true
+	}
+	secret := c.secret
+	s.hmacs.New = func() any { return &hasher{mac: hmac.New(sha256.New, secret)} }
+	return s, nil
+}
+
+// Take implements ratelimit.Store.Take in one Redis round trip: a Lua script
+// decides every request, for every ratelimit.Algorithm, against the state
+// it reads, and writes the charged states only when every request is
+// allowed. Each Decision's At is the microsecond the script decided at (the
+// Redis clock unless WithClock). On a Redis Cluster (or Ring)
+// client all requests of one call must share one caller Key, which puts
+// their Redis keys in one slot; otherwise Take returns an error wrapping
+// ratelimit.ErrInvalidRequest without contacting Redis. Errors from Redis
+// are wrapped ("redisstore: take: ..."); after a timeout the script may or
+// may not have run.
+func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	if err := ratelimit.CheckRequests(reqs, out, true); err != nil {
+		return err
+	}
+	if err := s.run(ctx, reqs, out, "t"); err != nil {
+		return fmt.Errorf("redisstore: take: %w", err)
+	}
+	return nil
+}
+
+// Adjust implements ratelimit.Store.Adjust in one Redis round trip, with the
+// same key rules and errors as Take ("redisstore: adjust: "). A Request's
+// At (when the settled usage was charged, 0 for now) places a window
+// algorithm's refund in the window that was charged.
+func (s *Store) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	if err := ratelimit.CheckRequests(reqs, out, false); err != nil {
+		return err
+	}
+	if err := s.run(ctx, reqs, out, "a"); err != nil {
+		return fmt.Errorf("redisstore: adjust: %w", err)
+	}
+	return nil
+}
+
+// Key returns the Redis key that holds the state of caller key under limit
+// l: prefix + "{" + 22 base64url characters of HMAC-SHA256(secret, key) +
+// "}:" + l.ID(). It is meant for operators and tests (to inspect or delete a
+// caller's state). It returns "" when l is nil or invalid.
+func (s *Store) Key(key string, l *ratelimit.Limit) string {
+	if l == nil || l.Err() != nil {
+		return ""
+	}
+	var tag [tagLen]byte
+	s.hashTag(key, &tag)
+	return s.redisKey(&tag, l)
+}
+
+// hasher is a pooled HMAC with buffers, so hashing a key allocates nothing.
+type hasher struct {
+	mac hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
+}
+
+// hashTag writes the first tagLen base64url characters of the HMAC of key.
+func (s *Store) hashTag(key string, tag *[tagLen]byte) {
+	h := s.hmacs.Get().(*hasher)
+	h.mac.Reset()
+	h.buf = append(h.buf[:0], key...)
+	_, _ = h.mac.Write(h.buf)
+	h.mac.Sum(h.sum[:0])
+	// 17 bytes encode to 23 characters; the first 22 hold 132 bits.
+	var enc [24]byte
+	base64.RawURLEncoding.Encode(enc[:], h.sum[:17])
+	copy(tag[:], enc[:tagLen])
+	if cap(h.buf) <= 1024 { // do not pin a huge key's buffer in the pool
+		s.hmacs.Put(h)
+	}
+}
+
+func (s *Store) redisKey(tag *[tagLen]byte, l *ratelimit.Limit) string {
+	id := l.ID()
+	var b strings.Builder
+	b.Grow(len(s.prefix) + tagLen + 3 + len(id))
+	b.WriteString(s.prefix)
+	b.WriteByte('{')
+	b.Write(tag[:])
+	b.WriteString("}:")
+	b.WriteString(id)
+	return b.String()
+}
+
+// run sends reqs to the script in mode "t" (Take) or "a" (Adjust) and fills
+// out from its reply. reqs have been checked.
+func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision, mode string) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	// go-redis looks at the context mainly while it waits for a pooled
+	// connection; check here so that a call already done never reaches Redis.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	keys := make([]string, len(reqs))
+	args := make([]any, 2, 2+8*len(reqs))
+	args[0] = mode
+	if s.now != nil {
+		args[1] = ratelimit.Micros(s.now())
+	} else {
+		args[1] = ""
+	}
+
+	// Hash each distinct caller key once. Calls usually stack a handful of
+	// limits, for which a linear look-back beats a map.
+	tags := make([][tagLen]byte, len(reqs))
+	var first map[string]int // caller key -> first request, for long calls
+	if len(reqs) > 8 {
+		first = make(map[string]int, len(reqs))
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		algo := algoCode(r.Limit)
+		if algo == "" {
+			return fmt.Errorf("%w: request %d: algorithm %v is not supported by the Redis store",
+				ratelimit.ErrInvalidRequest, i, r.Limit.Algorithm())
+		}
+		j := 0
+		if first != nil {
+			var seen bool
+			if j, seen = first[r.Key]; !seen {
+				j = i
+				first[r.Key] = i
+			}
+		} else {
+			for j < i && reqs[j].Key != r.Key {
+				j++
+			}
+		}
+		if j < i {
+			tags[i] = tags[j]
+		} else {
+			if s.sharded && i > 0 {
+				return fmt.Errorf("%w: request %d: caller key differs from request 0's; "+
+					"on Redis Cluster a call's keys must share one slot (CROSSSLOT), "+
+					"so stack limits of one caller key per call", ratelimit.ErrInvalidRequest, i)
+			}
+			s.hashTag(r.Key, &tags[i])
+		}
+		keys[i] = s.redisKey(&tags[i], r.Limit)
+		scale, drain, _ := r.Limit.Params()
+		cost := min(max(r.Cost, -maxLuaCost), maxLuaCost)
+		args = append(args, algo, scale, drain, r.Limit.Burst(), r.Limit.Quota(),
+			r.Limit.Period().Microseconds(), cost, max(r.At, 0))
+	}
+
+	vals, err := script.Run(ctx, s.client, keys, args...).Int64Slice()
+	if err != nil {
+		return err
+	}
+	if len(vals) != 1+5*len(reqs) {
+		return fmt.Errorf("script returned %d integers for %d requests, want %d", len(vals), len(reqs), 1+5*len(reqs))
+	}
+	now := vals[0]
+	for i := range reqs {
+		v := vals[1+5*i : 6+5*i]
+		d := ratelimit.Decision{
+			Limit:     reqs[i].Limit,
+			Allowed:   v[0] == 1,
+			Remaining: v[1],
+			Reset:     time.Duration(v[2]) * time.Microsecond,
+			Delay:     time.Duration(v[4]) * time.Microsecond,
+			At:        now,
+		}
+		if v[3] < 0 {
+			d.RetryAfter = ratelimit.RetryNever
+		} else {
+			d.RetryAfter = time.Duration(v[3]) * time.Microsecond
+		}
+		out[i] = d
+	}
+	return nil
+}
+
+// algoCode names l's algorithm for the script, or "" if the script does not
+// implement it.
+func algoCode(l *ratelimit.Limit) string {
+	switch l.Algorithm() {
+	case ratelimit.TokenBucket:
+		return "t"
+	case ratelimit.LeakyBucket:
+		return "l"
+	case ratelimit.GCRA:
+		return "g"
+	case ratelimit.FixedWindow:
+		if l.AlignsToFirstHit() {
+			return "F"
+		}
+		return "f"
+	case ratelimit.SlidingWindow:
+		return "s"
+	case ratelimit.SlidingLog:
+		return "o"
+	}
+	return ""
+}
