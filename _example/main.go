@@ -1,0 +1,197 @@
+// Command _example is a small OpenAI-compatible AI API protected by
+// rampmeter: every API key gets -rpm requests per minute and -tpd AI tokens
+// per day, decided atomically in one shared store by every instance.
+//
+//	go run ./_example                 # one instance on 127.0.0.1:8080, embedded Redis
+//	go run ./_example -instances 5    # five instances on 8080..8084 sharing one store
+//	go run ./_example -redis redis://127.0.0.1:6379/0
+//	go run ./_example -demo           # the seed scenario; exits 0 only if every limit held exactly
+//
+// Without -redis the store is an embedded miniredis, so the real Lua path
+// runs with no setup.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/rampmeter/ratelimit"
+	redisstore "github.com/rampmeter/ratelimit/store/redis"
+)
+
+type options struct {
+	addr      string
+	redisURL  string
+	rpm       int64
+	tpd       int64
+	instances int
+	demo      bool
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address of the first instance; others take the following ports")
+	flag.StringVar(&o.redisURL, "redis", "", "Redis URL (redis://host:port/db); default: an embedded miniredis")
+	flag.Int64Var(&o.rpm, "rpm", 60, "requests per minute per API key")
+	flag.Int64Var(&o.tpd, "tpd", 100_000, "AI tokens per day per API key")
+	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
+	flag.BoolVar(&o.demo, "demo", false, "run the seed scenario against 5 instances and exit (0 only if every limit held exactly)")
+	flag.Parse()
+
+	var err error
+	if o.demo {
+		err = runDemo(os.Stdout, o)
+	} else {
+		err = serve(o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+// newRedisClient connects to -redis, or starts an embedded miniredis. The
+// returned stop function closes both.
+func newRedisClient(url string) (redis.UniversalClient, *miniredis.Miniredis, func(), error) {
+	if url != "" {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("-redis: %w", err)
+		}
+		// A timed-out script is never retried (replaying it could charge
+		// twice), and the limiter's deadline reaches the socket.
+		opt.MaxRetries = -1
+		opt.ContextTimeoutEnabled = true
+		c := redis.NewClient(opt)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := c.Ping(ctx).Err(); err != nil {
+			_ = c.Close()
+			return nil, nil, nil, fmt.Errorf("-redis %s: %w", url, err)
+		}
+		return c, nil, func() { _ = c.Close() }, nil
+	}
+	m, err := miniredis.Run()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	return c, m, func() { _ = c.Close(); m.Close() }, nil
+}
+
+// newLimiter builds one instance's limiter: requests per minute and tokens
+// per day, stacked, decided atomically by store.
+func newLimiter(store ratelimit.Store, o options) (*ratelimit.Limiter, error) {
+	return ratelimit.New(store,
+		ratelimit.WithKey(ratelimit.KeyByAPIKey()),
+		ratelimit.WithLimits(
+			ratelimit.PerMinute(o.rpm).Named("requests"),
+			ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens),
+		),
+		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit),
+		ratelimit.WithFailureMode(ratelimit.FailOpen),
+	)
+}
+
+// newRouter is one instance of the API.
+func newRouter(lim *ratelimit.Limiter) http.Handler {
+	r := chi.NewRouter()
+	r.Use(middleware.Recoverer)
+	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	r.Group(func(r chi.Router) {
+		r.Use(lim.Handler)
+		r.Post("/v1/chat/completions", completions)
+	})
+	return r
+}
+
+func serve(o options) error {
+	if o.instances < 1 || o.instances > 64 {
+		return fmt.Errorf("-instances must be 1..64, got %d", o.instances)
+	}
+	host, portStr, err := net.SplitHostPort(o.addr)
+	if err != nil {
+		return fmt.Errorf("-addr: %w", err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return fmt.Errorf("-addr port: %w", err)
+	}
+	client, _, stop, err := newRedisClient(o.redisURL)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	store, err := redisstore.New(client)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	errc := make(chan error, o.instances)
+	var servers []*http.Server
+	for i := range o.instances {
+		lim, err := newLimiter(store, o)
+		if err != nil {
+			return err
+		}
+		addr := net.JoinHostPort(host, strconv.Itoa(port+i))
+		srv := &http.Server{Addr: addr, Handler: newRouter(lim), ReadHeaderTimeout: 5 * time.Second}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return err
+		}
+		servers = append(servers, srv)
+		go func() { errc <- srv.Serve(ln) }()
+		log.Printf("instance %d listening on http://%s", i+1, addr)
+	}
+	where := "embedded miniredis"
+	if o.redisURL != "" {
+		where = o.redisURL
+	}
+	first := net.JoinHostPort(host, strconv.Itoa(port))
+	fmt.Printf(`
+rampmeter demo API: %d instance(s), %d requests/min and %d tokens/day per API key, shared store: %s
+
+Try it:
+  curl -si http://%[5]s/v1/chat/completions -H 'Authorization: Bearer sk-alice' \
+       -d '{"model":"demo","messages":[{"role":"user","content":"Hello there"}],"max_tokens":16}'
+  curl -sN http://%[5]s/v1/chat/completions -H 'Authorization: Bearer sk-alice' \
+       -d '{"model":"demo","messages":[{"role":"user","content":"Stream please"}],"stream":true}'
+  curl -si http://%[5]s/v1/chat/completions -d '{}'                                   # 401: no API key
+  for i in $(seq 65); do curl -s -o /dev/null -w '%%{http_code} ' http://%[5]s/v1/chat/completions \
+       -H 'Authorization: Bearer sk-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}'; done; echo
+
+Ctrl-C stops.
+`, o.instances, o.rpm, o.tpd, where, first)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	}
+	shutdownCtx, cancelShutdown := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelShutdown()
+	for _, s := range servers {
+		_ = s.Shutdown(shutdownCtx)
+	}
+	return nil
+}
