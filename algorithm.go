@@ -199,11 +199,15 @@ func gcraState(b State, now int64) State {
 
 // windowStart returns the start of the window holding now: aligned to the
 // Unix epoch, or, for a fixed window aligned to the first hit, to the hit
-// that opened it. A clock that moves backwards stays in the stored window.
+// that opened it. A first-hit window that counts nothing (emptied by a
+// refund, or rolled to by a peek) is no window: the next hit opens one, just
+// as it would on a key never seen, which is what ExpiresAt promises and
+// what a store that forgets such a state does. A clock that moves
+// backwards stays in the stored window.
 func (l *Limit) windowStart(s State, now int64) int64 {
 	p := l.period.Microseconds()
 	if l.firstHit {
-		if s.Updated != 0 && now < s.Updated+p {
+		if s.Updated != 0 && s.Level > 0 && now < s.Updated+p {
 			return s.Updated
 		}
 		return now

@@ -276,3 +276,76 @@ func TestWindowAdjustSaturates(t *testing.T) {
 		assert.Zero(t, s.Level, a.String())
 	}
 }
+
+// An empty first-hit window is no window. Found by the property tests: a
+// refund that empties a first-hit window left a state that ExpiresAt called
+// forgettable (its Level is 0) yet kept the window open, so a store that
+// forgot it (they all do) opened the next window at the next hit while the
+// pure function kept the old one. Now both open it at the next hit.
+func TestFixedWindowFirstHitEmptyWindow(t *testing.T) {
+	l := PerMinute(2).WithAlgorithm(FixedWindow).AlignToFirstHit()
+	first := t0 + 17*sec
+	s, d := l.TakeAt(State{}, first, 1)
+	require.True(t, d.Allowed)
+	s, d = l.AdjustFrom(s, first+10*sec, d.At, -1)
+	assert.Equal(t, int64(2), d.Remaining)
+	assert.LessOrEqual(t, l.ExpiresAt(s), first+10*sec, "nothing counted: forgettable")
+	// The next hit, 20 s after the first, opens a window of its own: Reset
+	// is the whole period, exactly as on a key never seen.
+	_, d = l.TakeAt(s, first+20*sec, 1)
+	_, fresh := l.TakeAt(State{}, first+20*sec, 1)
+	assert.Equal(t, 60*time.Second, d.Reset)
+	assert.Equal(t, fresh, d)
+
+	// A peek after a window closed rolls to an empty window at the peek;
+	// it must not open a window either.
+	s, _ = l.TakeAt(State{}, first, 2)
+	s, d = l.TakeAt(s, first+70*sec, 0)
+	assert.True(t, d.Allowed)
+	_, d = l.TakeAt(s, first+80*sec, 1)
+	assert.Equal(t, 60*time.Second, d.Reset, "the window opens at the hit, not at the peek")
+}
+
+// ExpiresAt's promise, checked for every algorithm on states reached by
+// random Takes and Adjusts: from ExpiresAt on, a state decides exactly like
+// the zero State, so stores may forget it.
+func TestExpiresAtMeansForgettable(t *testing.T) {
+	limits := []Limit{
+		Every(7, 3*time.Second).WithBurst(5),
+		PerSecond(10).WithAlgorithm(GCRA),
+		Every(7, 3*time.Second).WithAlgorithm(LeakyBucket),
+		Every(7, 3*time.Second).WithAlgorithm(SlidingWindow),
+		Every(7, 3*time.Second).WithAlgorithm(SlidingLog),
+		Every(7, 3*time.Second).WithAlgorithm(FixedWindow),
+		Every(7, 3*time.Second).WithAlgorithm(FixedWindow).AlignToFirstHit(),
+	}
+	for _, l := range limits {
+		require.NoError(t, l.Err())
+		rng := rand.New(rand.NewPCG(7, 11))
+		var s State
+		now := t0
+		for step := range 3000 {
+			now += rng.Int64N(2 * sec)
+			cost := rng.Int64N(9)
+			var d Decision
+			switch {
+			case rng.IntN(4) == 0:
+				s, d = l.AdjustFrom(s, now, now-rng.Int64N(4*sec), cost-4)
+			default:
+				s, d = l.TakeAt(s, now, cost)
+			}
+			_ = d
+			exp := l.ExpiresAt(s)
+			if exp > now+4*l.Period().Microseconds() {
+				continue
+			}
+			for _, at := range []int64{max(exp, now), max(exp, now) + 1, max(exp, now) + l.Period().Microseconds()/3} {
+				for _, c := range []int64{0, 1, 3} {
+					_, got := l.TakeAt(s, at, c)
+					_, want := l.TakeAt(State{}, at, c)
+					require.Equal(t, want, got, "%v step %d: state %+v expired at %d, take %d at %d", l, step, s, exp, c, at)
+				}
+			}
+		}
+	}
+}

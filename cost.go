@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 )
 
@@ -27,7 +28,9 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // one Adjust call: usage above the reserved cost (the cost function's
 // estimate, or 1) is charged, possibly leaving the key in debt that its
 // next requests wait out; usage below it is refunded. Limits without a
-// report keep their reservation. It is safe to call from any goroutine
+// report keep their reservation, unless the call failed: a 5xx response,
+// or a panic before any status, releases the reservation of every limit
+// with a cost function (see WithChargeOnServerError). It is safe to call from any goroutine
 // until the handler returns; streaming handlers call it once the final
 // usage is known, before returning.
 //
@@ -49,7 +52,13 @@ func ReportUsage(ctx context.Context, limitName string, n int64) error {
 	}
 	found, settled := false, false
 	for ; s != nil; s = s.parent {
-		i := s.lim.index(limitName)
+		if s.set == nil {
+			// Let through before its limits were known (a key error
+			// under WithSkipOnKeyError with WithLimitsFunc): any name.
+			found = found || s.bypassed
+			continue
+		}
+		i := s.set.index(limitName)
 		if i < 0 {
 			continue
 		}
@@ -71,6 +80,29 @@ func ReportUsage(ctx context.Context, limitName string, n int64) error {
 	return nil
 }
 
+// Reserved returns the cost reserved for the limit named limitName by the
+// request whose context is ctx — the estimate its cost function returned
+// (clamped by WithReserveClamp), or 1 — and true; or 0 and false when ctx
+// is not from a request admitted by Limiter.Handler, no limiter of the
+// request has that limit, the request was let through without a decision
+// (FailOpen, WithSkipOnKeyError), or the limit is a shadow limit that
+// refused it (and so was not charged). With nested limiters the innermost
+// one that has the limit answers.
+func Reserved(ctx context.Context, limitName string) (int64, bool) {
+	for s, _ := ctx.Value(stateKey{}).(*reqState); s != nil; s = s.parent {
+		if s.set == nil {
+			continue
+		}
+		if i := s.set.index(limitName); i >= 0 {
+			if s.bypassed || !s.out[i].Allowed {
+				return 0, false
+			}
+			return s.costs[i], true
+		}
+	}
+	return 0, false
+}
+
 // inlineLimits is the number of limits whose per-request state fits in the
 // reqState allocation itself; more limits cost three more allocations.
 const inlineLimits = 4
@@ -88,9 +120,16 @@ type reqState struct {
 	context.Context
 
 	lim      *Limiter
-	parent   *reqState // an enclosing limiter's state, for ReportUsage
+	set      *PolicySet // the request's limits; nil if unknown (bypassed)
+	parent   *reqState  // an enclosing limiter's state, for ReportUsage
 	key      string
 	bypassed bool // no reservation: nothing to settle
+
+	// rw wraps the handler's ResponseWriter when watch is set, so that
+	// settle can release the reservation of a failed call (5xx).
+	rw       statusWriter
+	watch    bool
+	returned bool // the handler returned (rather than panicking)
 
 	mu       sync.Mutex
 	settled  bool
@@ -113,10 +152,13 @@ func (s *reqState) Value(key any) any {
 	return s.Context.Value(key)
 }
 
-func (l *Limiter) newState(ctx context.Context, key string) *reqState {
-	s := &reqState{Context: ctx, lim: l, key: key}
+func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *reqState {
+	s := &reqState{Context: ctx, lim: l, key: key, set: set}
 	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
-	n := len(l.limits)
+	n := 0
+	if set != nil {
+		n = len(set.limits)
+	}
 	if n <= inlineLimits {
 		s.reported, s.costs = s.inlineReported[:n], s.inlineCosts[:n]
 		s.reqs, s.out = s.inlineReqs[:n], s.inlineOut[:n]
@@ -134,6 +176,13 @@ func (l *Limiter) newState(ctx context.Context, key string) *reqState {
 // the reservation, once. The store call gets its own deadline and ignores
 // the cancellation of the request's context: a client that disconnects
 // must still pay for the tokens it consumed.
+//
+// A failed call — the response status is 5xx, or the handler panicked
+// before writing one — releases the reservation of every limit with a cost
+// function that got no report (unless WithChargeOnServerError): the
+// estimate is refunded in full. Limits without a cost function keep their
+// charge (a failed request is still a request), and reported usage is
+// settled as reported.
 func (l *Limiter) settle(s *reqState) {
 	s.mu.Lock()
 	if s.settled {
@@ -141,18 +190,36 @@ func (l *Limiter) settle(s *reqState) {
 		return
 	}
 	s.settled = true
-	n := 0
+	failed := false
+	if s.watch {
+		status := s.rw.status
+		if status == 0 && !s.returned {
+			status = http.StatusInternalServerError // panicked before answering
+		}
+		failed = status >= 500
+	}
+	n, released := 0, false
 	for i, rep := range s.reported {
+		if !s.out[i].Allowed {
+			continue // not charged: a shadow limit that refused
+		}
+		lim := &s.set.limits[i]
+		if rep < 0 && failed && lim.cost != nil {
+			rep, released = 0, true
+		}
 		if rep >= 0 && rep != s.costs[i] {
 			// At: when the reservation was charged, so that window
 			// algorithms settle in the window that was charged.
-			s.reqs[n] = Request{Key: s.key, Limit: &l.limits[i], Cost: rep - s.costs[i], At: s.out[i].At}
+			s.reqs[n] = Request{Key: s.key, Limit: lim, Cost: rep - s.costs[i], At: s.out[i].At}
 			n++
 		}
 	}
 	s.mu.Unlock()
 	if n == 0 || s.bypassed {
 		return
+	}
+	if released {
+		l.stats.released.Add(1)
 	}
 	ctx := context.WithoutCancel(s.Context)
 	tctx, cancel := context.WithTimeout(ctx, l.timeout)

@@ -130,7 +130,7 @@ func ExampleReportUsage() {
 	// Output:
 	// reserved: "requests";r=59;t=1, "tokens";r=99500;t=432
 	// settled:  "requests";r=58;t=2, "tokens";r=99876;t=108
-	// {Allowed:2 Limited:0 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:2}
+	// {Allowed:2 Limited:0 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:2 ShadowLimited:0 Released:0 PlanErrors:0}
 }
 
 func ExampleLimiter_Take() {

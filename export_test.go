@@ -2,9 +2,20 @@ package ratelimit
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
 
-// SetSleep replaces the wait before a LeakyBucket request runs, so tests
-// need not sleep.
+// SetSleep replaces every wait of l: before a LeakyBucket request runs
+// (Handler) and in Wait (so in a Transport using l), so tests need not
+// sleep.
 func SetSleep(l *Limiter, f func(ctx context.Context, d time.Duration) error) { l.sleep = f }
+
+// SetTransportClock replaces the clock a Transport measures an HTTP-date
+// Retry-After from when the response has no Date field.
+func SetTransportClock(t *Transport, now func() time.Time) { t.now = now }
+
+// VendorWait exposes the parser of a vendor's 429/503 wait fields.
+func VendorWait(status int, h http.Header, now time.Time) (time.Duration, bool) {
+	return vendorWait(status, h, now)
+}

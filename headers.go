@@ -45,17 +45,58 @@ const (
 	// omitted), "content-bytes" and "concurrent-requests" (sent as qu);
 	// any other unit, such as "tokens", is sent in the vendor parameter
 	// rampmeter-unit, as the draft asks of extensions (a unit that is not
-	// printable ASCII is left out). This is the default style.
+	// printable ASCII is left out). A shadow limit (Limit.Shadow) is
+	// listed with the boolean vendor parameter rampmeter-shadow, so that
+	// clients can tell it does not refuse. This is the default style.
 	HeadersIETF HeaderStyle = 1 << 0
 
 	// HeadersXRateLimit sends the de facto X-RateLimit-Limit,
 	// X-RateLimit-Remaining and X-RateLimit-Reset fields (as GitHub and
-	// many gateways do) for the binding limit (Result.Binding): its Burst,
+	// many gateways do) for the binding enforced limit (Result.Binding): its Burst,
 	// its Remaining, and its Reset in whole seconds from now, rounded up
 	// (a delay, not a Unix time).
 	HeadersXRateLimit HeaderStyle = 1 << 1
 
-	headersAll = HeadersIETF | HeadersXRateLimit
+	// HeadersOpenAI sends the fields of the OpenAI API
+	// (platform.openai.com/docs/guides/rate-limits), for clients and SDKs
+	// written against it:
+	//
+	//	x-ratelimit-limit-requests: 60
+	//	x-ratelimit-remaining-requests: 59
+	//	x-ratelimit-reset-requests: 1s
+	//	x-ratelimit-limit-tokens: 100000
+	//	x-ratelimit-remaining-tokens: 99000
+	//	x-ratelimit-reset-tokens: 14m24s
+	//
+	// The "requests" fields describe the most restrictive enforced limit
+	// whose Unit is Requests, the "tokens" fields the most restrictive
+	// whose Unit is Tokens (CostFrom sets it): the one with the fewest
+	// units remaining, the first on ties. A unit without such a limit gets
+	// no fields; limits of other units and shadow limits are not reported
+	// here. limit is the limit's Burst (the most that can be spent at
+	// once), remaining its Decision.Remaining, and reset the time until it
+	// is full again (Decision.Reset) as a Go duration string rounded up to
+	// whole milliseconds, as OpenAI sends it: "1s", "6m0s", "1.5s",
+	// "12ms", "0s".
+	HeadersOpenAI HeaderStyle = 1 << 2
+
+	// HeadersAnthropic sends the fields of the Anthropic API
+	// (docs.anthropic.com/en/api/rate-limits), chosen as for HeadersOpenAI:
+	//
+	//	anthropic-ratelimit-requests-limit: 60
+	//	anthropic-ratelimit-requests-remaining: 59
+	//	anthropic-ratelimit-requests-reset: 2026-01-02T03:04:06Z
+	//	anthropic-ratelimit-tokens-limit: 100000
+	//	anthropic-ratelimit-tokens-remaining: 99000
+	//	anthropic-ratelimit-tokens-reset: 2026-01-02T03:18:29Z
+	//
+	// reset is the RFC 3339 time (UTC, whole seconds, rounded up) at which
+	// the limit is full again, by the store's clock (Decision.At plus
+	// Decision.Reset). Remaining counts are exact (Anthropic rounds its
+	// token counts to thousands).
+	HeadersAnthropic HeaderStyle = 1 << 3
+
+	headersAll = HeadersIETF | HeadersXRateLimit | HeadersOpenAI | HeadersAnthropic
 )
 
 // WriteHeaders writes the fields of the styles in s. It writes nothing for
@@ -75,6 +116,7 @@ func (s HeaderStyle) WriteHeaders(h http.Header, res Result) {
 	if s&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
 	}
+	writeProviders(h, s, res)
 }
 
 // String returns the styles' names joined by "|", e.g. "IETF|XRateLimit".
@@ -94,6 +136,12 @@ func (s HeaderStyle) String() string {
 	}
 	if s&HeadersXRateLimit != 0 {
 		add("XRateLimit")
+	}
+	if s&HeadersOpenAI != 0 {
+		add("OpenAI")
+	}
+	if s&HeadersAnthropic != 0 {
+		add("Anthropic")
 	}
 	if rest := s &^ headersAll; rest != 0 {
 		add(fmt.Sprintf("HeaderStyle(%#x)", uint(rest)))
@@ -122,18 +170,30 @@ func newStyleWriter(style HeaderStyle, limits []Limit) *styleWriter {
 }
 
 func (w *styleWriter) WriteHeaders(h http.Header, res Result) {
+	if w.policy == "" {
+		// No static limits (WithLimitsFunc only): a Result from elsewhere.
+		w.style.WriteHeaders(h, res)
+		return
+	}
+	w.write(h, res, w.policy)
+}
+
+// write writes the fields for res, whose limits' RateLimit-Policy field
+// is policy (precomputed by the PolicySet the request was charged to).
+func (w *styleWriter) write(h http.Header, res Result, policy string) {
 	if len(res.Decisions) == 0 {
 		return
 	}
 	if w.style&HeadersIETF != 0 {
 		// One backing array for both fields; the capacity limits keep an
 		// Add to one field from overwriting the other.
-		vs := []string{w.policy, rateLimitField(res.Decisions)}
+		vs := []string{policy, rateLimitField(res.Decisions)}
 		h["Ratelimit-Policy"], h["Ratelimit"] = vs[0:1:1], vs[1:2:2]
 	}
 	if w.style&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
 	}
+	writeProviders(h, w.style, res)
 }
 
 // policyField serialises the RateLimit-Policy List (draft -11 §3.1).
@@ -145,7 +205,7 @@ func policyField(limits []*Limit) string {
 		}
 		b = appendSFString(b, l.Name())
 		b = append(b, ";q="...)
-		b = strconv.AppendInt(b, l.Quota(), 10)
+		b = strconv.AppendInt(b, min(l.Quota(), maxSFInteger), 10)
 		b = append(b, ";w="...)
 		b = strconv.AppendInt(b, max(1, ceilSeconds(l.Period())), 10)
 		switch u := string(l.Unit()); {
@@ -157,6 +217,10 @@ func policyField(limits []*Limit) string {
 		case sfStringOK(u):
 			b = append(b, ";rampmeter-unit="...)
 			b = appendSFString(b, u)
+		}
+		if l.shadow {
+			// A boolean parameter (RFC 9651 §3.3.6): true when bare.
+			b = append(b, ";rampmeter-shadow"...)
 		}
 	}
 	return string(b)
@@ -173,7 +237,7 @@ func rateLimitField(ds []Decision) string {
 		}
 		b = appendSFString(b, d.Limit.Name())
 		b = append(b, ";r="...)
-		b = strconv.AppendInt(b, max(0, d.Remaining), 10)
+		b = strconv.AppendInt(b, min(max(0, d.Remaining), maxSFInteger), 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, ceilSeconds(d.Reset), 10)
 	}
@@ -192,6 +256,12 @@ func writeXRateLimit(h http.Header, res Result) {
 	}
 	h["X-Ratelimit-Limit"], h["X-Ratelimit-Remaining"], h["X-Ratelimit-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
 }
+
+// maxSFInteger is the largest RFC 9651 Integer (§3.3.1: at most 15
+// digits). Quotas and remaining units can reach 2^51 (16 digits), so the
+// IETF fields cap them here: a receiver must refuse a longer integer, and
+// with it the whole field.
+const maxSFInteger = 999_999_999_999_999
 
 // appendSFString appends s as an RFC 9651 §4.1.6 String: quoted, with "
 // and \ escaped. Callers pass only printable ASCII (limit names are
@@ -240,4 +310,74 @@ func tighter(a, b *Decision) bool {
 	ah, al := bits.Mul64(uint64(max(0, a.Remaining)), uint64(b.Limit.Burst()))
 	bh, bl := bits.Mul64(uint64(max(0, b.Remaining)), uint64(a.Limit.Burst()))
 	return ah < bh || ah == bh && al < bl
+}
+
+// writeProviders writes the HeadersOpenAI and HeadersAnthropic fields of
+// style, if any.
+func writeProviders(h http.Header, style HeaderStyle, res Result) {
+	if style&(HeadersOpenAI|HeadersAnthropic) == 0 {
+		return
+	}
+	for _, u := range [...]Unit{Requests, Tokens} {
+		d := mostRestrictive(res.Decisions, u)
+		if d == nil {
+			continue
+		}
+		limit := strconv.FormatInt(d.Limit.Burst(), 10)
+		remaining := strconv.FormatInt(max(0, d.Remaining), 10)
+		if style&HeadersOpenAI != 0 {
+			vs := []string{limit, remaining, openAIDuration(d.Reset)}
+			if u == Requests {
+				h["X-Ratelimit-Limit-Requests"], h["X-Ratelimit-Remaining-Requests"], h["X-Ratelimit-Reset-Requests"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+			} else {
+				h["X-Ratelimit-Limit-Tokens"], h["X-Ratelimit-Remaining-Tokens"], h["X-Ratelimit-Reset-Tokens"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+			}
+		}
+		if style&HeadersAnthropic != 0 {
+			vs := []string{limit, remaining, anthropicReset(d)}
+			if u == Requests {
+				h["Anthropic-Ratelimit-Requests-Limit"], h["Anthropic-Ratelimit-Requests-Remaining"], h["Anthropic-Ratelimit-Requests-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+			} else {
+				h["Anthropic-Ratelimit-Tokens-Limit"], h["Anthropic-Ratelimit-Tokens-Remaining"], h["Anthropic-Ratelimit-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+			}
+		}
+	}
+}
+
+// mostRestrictive returns the enforced decision of unit u with the fewest
+// units remaining (the first on ties), or nil. Within one unit, that is the
+// limit that decides whether the next request fits; in a refusal it is a
+// refusing one, since a refusing limit has fewer units left than the cost
+// and the others at least as many.
+func mostRestrictive(ds []Decision, u Unit) *Decision {
+	var b *Decision
+	for i := range ds {
+		d := &ds[i]
+		if d.Limit == nil || d.Limit.shadow || d.Limit.unit != u {
+			continue
+		}
+		if b == nil || d.Remaining < b.Remaining {
+			b = d
+		}
+	}
+	return b
+}
+
+// openAIDuration formats d as OpenAI's reset fields do: a Go duration
+// string, rounded up to whole milliseconds ("864ms", "1m26.4s", "6m0s").
+func openAIDuration(d time.Duration) string {
+	if d <= 0 {
+		return "0s"
+	}
+	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+}
+
+// anthropicReset formats the time at which d's limit is full again as
+// RFC 3339 in UTC, rounded up to whole seconds.
+func anthropicReset(d *Decision) string {
+	at := time.UnixMicro(d.At).Add(d.Reset)
+	if r := at.Truncate(time.Second); !r.Equal(at) {
+		at = r.Add(time.Second)
+	}
+	return at.UTC().Format(time.RFC3339)
 }

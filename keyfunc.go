@@ -140,7 +140,7 @@ func KeyByAPIKey() KeyFunc {
 // is refused with a *StatusError of 400 Bad Request wrapping ErrMissingKey.
 // An empty or invalid name makes every request fail with 500.
 func KeyByHeader(name string) KeyFunc {
-	if name == "" || strings.ContainsAny(name, " \t\r\n:") {
+	if !validFieldName(name) {
 		return misconfigured("KeyByHeader(%q): invalid header name", name)
 	}
 	canonical := http.CanonicalHeaderKey(name)
@@ -155,6 +155,20 @@ func KeyByHeader(name string) KeyFunc {
 			return "", missingKey(http.StatusBadRequest, "more than one %s header", canonical)
 		}
 	}
+}
+
+// validFieldName reports whether name is a field name as RFC 9110 §5.1
+// defines it: a non-empty token. No request can carry a field of another
+// name, so KeyByHeader would refuse every request with a 400 that blames
+// the client.
+func validFieldName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return name != ""
 }
 
 // checkKey trims v and refuses empty, oversized or malformed values.
@@ -285,7 +299,10 @@ var routeCtxPool = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 //     calling the handler it matched; so wrap the handlers registered on
 //     the mux (mux.Handle("GET /users/{id}", lim.Handler(h))), not the mux
 //     itself. A method or host in the pattern is replaced by the request's
-//     method.
+//     method. A pattern without a method serves any method, and clients
+//     choose the method: a method other than the nine standard ones (RFC
+//     9110 §9 and PATCH) is then keyed "OTHER", so that inventing methods
+//     does not mint keys.
 //
 // A HEAD request without a HEAD route takes the pattern of the GET route
 // (as chi's GetHead middleware serves it), keyed "HEAD <pattern>".
@@ -318,22 +335,45 @@ func KeyByRoute() KeyFunc {
 			}
 			routeCtxPool.Put(fresh)
 			if pattern == "" {
+				// Name the method only if it is a standard one: a client
+				// may send any token as a method, and this message is
+				// shown and may be logged.
+				method := "the request method"
+				if standardMethod(r.Method) {
+					method = r.Method
+				}
 				return "", &StatusError{Code: http.StatusNotFound,
-					Err: fmt.Errorf("%w: %w: %s matches no route", ErrMissingKey, ErrNoRoute, r.Method)}
+					Err: fmt.Errorf("%w: %w: %s matches no route", ErrMissingKey, ErrNoRoute, method)}
 			}
 			return r.Method + " " + pattern, nil
 		}
 		if r.Pattern != "" {
-			pattern := r.Pattern
+			pattern, method := r.Pattern, r.Method
 			if i := strings.IndexByte(pattern, ' '); i >= 0 { // "GET /x" or "GET host/x"
 				pattern = strings.TrimLeft(pattern[i+1:], " \t")
+			} else if !standardMethod(method) {
+				// A pattern without a method serves every method, and a
+				// client may send any token as one: keying by it would
+				// let a client mint a fresh budget per invented method.
+				method = "OTHER"
 			}
-			return r.Method + " " + pattern, nil
+			return method + " " + pattern, nil
 		}
 		return "", &StatusError{Code: http.StatusInternalServerError,
 			Err: fmt.Errorf("%w: %w: KeyByRoute needs a chi router around the limiter, or a Go 1.22+ ServeMux handler inside it (r.Pattern is empty)",
 				ErrMissingKey, ErrNoRoute)}
 	}
+}
+
+// standardMethod reports whether m is one of the methods of RFC 9110 §9 or
+// PATCH (RFC 5789).
+func standardMethod(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 // KeyConst keys every request with s: one budget shared by all clients, for

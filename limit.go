@@ -139,6 +139,7 @@ type Limit struct {
 	firstHit  bool // FixedWindow: windows open at a key's first hit
 	unit      Unit
 	cost      CostFunc
+	shadow    bool // decided and charged, never refuses (see Shadow)
 
 	// Derived by finish; the rate Quota/Period expressed as an exact
 	// ratio: refilling one unit takes scale/drain microseconds.
@@ -208,6 +209,22 @@ func (l Limit) CostFrom(fn CostFunc) Limit {
 	return l.finish()
 }
 
+// Shadow returns a copy of l in shadow (dry-run) mode, to dark-launch a
+// limit: the Limiter decides it with every request and charges it when it
+// admits, reports it in the rate-limit fields, in Stats.ShadowLimited and
+// to Hooks.OnDecision, but never refuses a request because of it. A
+// refusal by a shadow limit does not block the charge of the enforced
+// limits, and a request it refuses is not charged to it, so its state is
+// exactly what it would be if it were enforced on the admitted traffic.
+//
+// Shadow does not change ID: a shadow limit and its enforced twin share
+// their stored state, so an operator can flip a limit between shadow and
+// enforced without resetting its keys.
+func (l Limit) Shadow() Limit { l.shadow = true; return l.finish() }
+
+// IsShadow reports whether Shadow was applied.
+func (l Limit) IsShadow() bool { return l.shadow }
+
 // WithUnit returns a copy of l that reports its quota in unit u. It changes
 // only how the limit is described (headers, errors), not what is counted.
 func (l Limit) WithUnit(u Unit) Limit { l.unit = u; return l.finish() }
@@ -257,9 +274,14 @@ func (l Limit) Err() error {
 	return l.err
 }
 
-// String describes the limit, e.g. `"requests" 60/1m0s burst 60 token-bucket`.
+// String describes the limit, e.g. `"requests" 60/1m0s burst 60 token-bucket`
+// (with " shadow" appended for a shadow limit).
 func (l Limit) String() string {
-	return fmt.Sprintf("%q %d/%v burst %d %v", l.Name(), l.quota, l.period, l.Burst(), l.algorithm)
+	s := fmt.Sprintf("%q %d/%v burst %d %v", l.Name(), l.quota, l.period, l.Burst(), l.algorithm)
+	if l.shadow {
+		s += " shadow"
+	}
+	return s
 }
 
 // finish validates l and computes its derived fields.

@@ -63,7 +63,8 @@ func (m FailureMode) String() string {
 type Hooks struct {
 	// OnDecision is called for every decision the store makes: each
 	// request the middleware decides (allowed or refused) and each
-	// Limiter.Take that reaches the store.
+	// Limiter.Take that reaches the store. res.ShadowLimited() tells
+	// whether a shadow limit would have refused the request.
 	OnDecision func(ctx context.Context, res Result)
 	// OnStoreError is called for every failed store call (Take, Adjust
 	// or settlement), timeouts included. err wraps ErrStoreTimeout for a
@@ -80,9 +81,10 @@ type Hooks struct {
 type Result struct {
 	// Allowed reports whether the request was admitted (and charged).
 	Allowed bool
-	// Decisions holds one Decision per limit, in WithLimits order (for
-	// Limiter.Adjust, only the adjusted limit). It is empty when the
-	// store failed.
+	// Decisions holds one Decision per limit, in the order of the
+	// request's limits (WithLimits, or the PolicySet of WithLimitsFunc;
+	// for Limiter.Adjust, only the adjusted limit), shadow limits
+	// included. It is empty when the store failed.
 	Decisions []Decision
 	// RetryAfter is 0 when Allowed; otherwise the longest RetryAfter of
 	// the refusing limits, or RetryNever if any of them can never admit
@@ -103,12 +105,15 @@ type Result struct {
 // decision that can never be satisfied (the first such), otherwise the
 // one with the longest RetryAfter (the first on ties); when allowed, the
 // decision with the least fraction of its capacity left (Remaining/Burst,
-// first on ties). It returns nil when there are no decisions. The pointer
-// refers to an element of r.Decisions.
+// first on ties). Shadow limits never bind. It returns nil when there are
+// no (enforced) decisions. The pointer refers to an element of r.Decisions.
 func (r Result) Binding() *Decision {
 	var b *Decision
 	for i := range r.Decisions {
 		d := &r.Decisions[i]
+		if d.Limit != nil && d.Limit.shadow {
+			continue
+		}
 		if r.Allowed {
 			if b == nil || tighter(d, b) {
 				b = d
@@ -127,11 +132,26 @@ func (r Result) Binding() *Decision {
 	return b
 }
 
-// resultOf summarises the decisions of a Take.
+// ShadowLimited reports whether a shadow limit (Limit.Shadow) refused the
+// request: a refusal that enforcing the limit would have caused.
+func (r Result) ShadowLimited() bool {
+	for i := range r.Decisions {
+		if d := &r.Decisions[i]; !d.Allowed && d.Limit != nil && d.Limit.shadow {
+			return true
+		}
+	}
+	return false
+}
+
+// resultOf summarises the decisions of a Take. Shadow limits' decisions
+// do not count.
 func resultOf(ds []Decision) Result {
 	res := Result{Allowed: true, Decisions: ds}
 	for i := range ds {
 		d := &ds[i]
+		if d.Limit != nil && d.Limit.shadow {
+			continue
+		}
 		if d.Allowed {
 			res.Delay = max(res.Delay, d.Delay)
 			continue
@@ -161,7 +181,8 @@ type Rejection struct {
 	Result
 	// Status is the status the default handler answers with:
 	// 429 Too Many Requests (retry after RetryAfter), 413 Content Too
-	// Large (the cost exceeds a limit's burst: retrying cannot help) or
+	// Large (the cost exceeds a limit's burst: retrying cannot help), the
+	// status of WithQuotaExhaustedStatus (a long quota is exhausted) or
 	// 503 Service Unavailable (the store failed under FailClosed).
 	Status int
 	// Costs holds the request's cost for each limit, aligned with
@@ -199,10 +220,22 @@ type Stats struct {
 	// Settled counts requests whose reported usage was settled with the
 	// store after the handler returned.
 	Settled uint64
+	// ShadowLimited counts requests admitted although a shadow limit
+	// (Limit.Shadow) refused them: the extra refusals that enforcing the
+	// shadow limits would cause. They also count in Allowed.
+	ShadowLimited uint64
+	// Released counts requests whose reservation was released because
+	// the handler failed (5xx or panic) without reporting usage (see
+	// WithChargeOnServerError).
+	Released uint64
+	// PlanErrors counts requests refused because the WithLimitsFunc
+	// function failed (an unknown plan, say).
+	PlanErrors uint64
 }
 
 type counters struct {
 	allowed, limited, tooLarge, bypassed, storeErrors, keyErrors, costErrors, settled atomic.Uint64
+	shadowLimited, released, planErrors                                               atomic.Uint64
 }
 
 // config is what the Options set.
@@ -217,6 +250,16 @@ type config struct {
 	keyErr       func(w http.ResponseWriter, r *http.Request, err error)
 	skipKeyErr   bool
 	hooks        Hooks
+	maxWait      time.Duration // with maxWaitSet: WithMaxWait
+	maxWaitSet   bool
+
+	// AI options (ai.go, plans.go).
+	limitsFunc          LimitsFunc
+	clampPPM            int64 // WithReserveClamp, parts per million; 0: none
+	chargeOnServerError bool
+	quotaThreshold      time.Duration
+	quotaStatus         int // 0: none
+	openAIErrors        bool
 }
 
 // Option configures a Limiter. Options that get invalid arguments make New
@@ -236,8 +279,9 @@ func WithKey(fn KeyFunc) Option {
 
 // WithLimits sets the limits every request is charged against, atomically:
 // a request is admitted only if all of them have room, and then charged
-// on all of them. At least one is required; each must be valid and their
-// names unique. A later WithLimits replaces an earlier one.
+// on all of them. At least one is required (unless WithLimitsFunc chooses
+// the limits per request); each must be valid and their names unique. A
+// later WithLimits replaces an earlier one.
 func WithLimits(limits ...Limit) Option {
 	return func(c *config) error {
 		c.limits = append([]Limit(nil), limits...)
@@ -339,6 +383,31 @@ func WithHooks(h Hooks) Option {
 	}
 }
 
+// WithMaxWait bounds how long the middleware holds an admitted request
+// until its slot in a LeakyBucket queue (Result.Delay): a request whose
+// slot is more than d away is refused with 429 and Retry-After =
+// ceil(Delay − d) seconds (at least 1), and its reservation is refunded at
+// once, so the queue never holds more than d of waiting requests (plus the
+// slots of other callers of the key, such as Wait, which have no such
+// bound). d must be ≥ 0; 0 refuses every request that would wait. The
+// default is no bound: every admitted request waits for its slot.
+//
+// The refund is a plain Adjust of the reserved units, not
+// Reservation.Cancel's last-slot-only release: every reservation made
+// after a refused one on the same key is also more than d away, and so
+// refused and refunded too, unless the queue drained by Delay − d plus one
+// emission interval within the refund's store round trip; only then can a
+// later request share a slot, by at most the refunded units.
+func WithMaxWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("WithMaxWait(%v): must be ≥ 0", d)
+		}
+		c.maxWait, c.maxWaitSet = d, true
+		return nil
+	}
+}
+
 // Limiter enforces a set of limits on HTTP requests (Handler) or on any
 // keyed event (Take). It is safe for concurrent use; its configuration is
 // fixed by New.
@@ -354,16 +423,29 @@ type Limiter struct {
 	skipKey bool
 	hooks   Hooks
 	stats   counters
+
+	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
+	limitsFunc          LimitsFunc
+	clampPPM            int64
+	chargeOnServerError bool
+	quotaThreshold      time.Duration
+	quotaStatus         int
+	openAIErrors        bool
 	// sleep waits d or until ctx ends (a variable so tests need not
 	// sleep).
 	sleep func(ctx context.Context, d time.Duration) error
+
+	// maxWait bounds Result.Delay when maxWaitSet (WithMaxWait).
+	maxWait    time.Duration
+	maxWaitSet bool
 }
 
 // New returns a Limiter that keeps its state in store. It validates the
 // whole configuration, so a bad one fails here and never reaches a
-// request: the store must not be nil, there must be at least one limit,
-// every limit must be valid (Limit.Err) and the names unique. Every error
-// wraps ErrInvalidConfig.
+// request: the store must not be nil, there must be at least one limit
+// (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
+// and the names unique (the sets of WithLimitsFunc are validated by
+// NewPolicySet and NewPlans). Every error wraps ErrInvalidConfig.
 //
 // Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
 // DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
@@ -380,19 +462,13 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
-	if len(c.limits) == 0 {
-		return nil, fmt.Errorf("%w: no limits (use WithLimits)", ErrInvalidConfig)
-	}
-	for i := range c.limits {
-		if err := c.limits[i].Err(); err != nil {
-			return nil, fmt.Errorf("%w: limit %d: %w", ErrInvalidConfig, i, err)
+	var set *PolicySet
+	if len(c.limits) > 0 || c.limitsFunc == nil {
+		var err error
+		if set, err = NewPolicySet(c.limits...); err != nil {
+			return nil, err // wraps ErrInvalidConfig
 		}
-		for j := range i {
-			if c.limits[j].Name() == c.limits[i].Name() {
-				return nil, fmt.Errorf("%w: limits %d and %d are both named %q (use Named)",
-					ErrInvalidConfig, j, i, c.limits[i].Name())
-			}
-		}
+		c.limits = set.limits
 	}
 	if c.skipKeyErr && c.keyErr != nil {
 		return nil, fmt.Errorf("%w: WithSkipOnKeyError and WithKeyErrorHandler exclude each other", ErrInvalidConfig)
@@ -409,14 +485,33 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		skipKey: c.skipKeyErr,
 		hooks:   c.hooks,
 		sleep:   sleep,
+
+		set:                 set,
+		limitsFunc:          c.limitsFunc,
+		clampPPM:            c.clampPPM,
+		chargeOnServerError: c.chargeOnServerError,
+		quotaThreshold:      c.quotaThreshold,
+		quotaStatus:         c.quotaStatus,
+		openAIErrors:        c.openAIErrors,
+
+		maxWait:    c.maxWait,
+		maxWaitSet: c.maxWaitSet,
 	}
 	if l.headers == nil {
 		l.headers = newStyleWriter(c.style, l.limits)
 	}
-	if l.reject == nil {
+	switch {
+	case l.reject != nil:
+	case c.openAIErrors:
+		l.reject = OpenAIRejectHandler
+	default:
 		l.reject = DefaultRejectHandler
 	}
-	if l.keyErr == nil {
+	switch {
+	case l.keyErr != nil:
+	case c.openAIErrors:
+		l.keyErr = OpenAIKeyErrorHandler
+	default:
 		l.keyErr = DefaultKeyErrorHandler
 	}
 	return l, nil
@@ -437,6 +532,10 @@ func (l *Limiter) Stats() Stats {
 		KeyErrors:   s.keyErrors.Load(),
 		CostErrors:  s.costErrors.Load(),
 		Settled:     s.settled.Load(),
+
+		ShadowLimited: s.shadowLimited.Load(),
+		Released:      s.released.Load(),
+		PlanErrors:    s.planErrors.Load(),
 	}
 }
 
@@ -453,20 +552,27 @@ func (l *Limiter) index(name string) int {
 // Handler returns next wrapped by the limiter, for chi's r.Use(lim.Handler)
 // or r.With(lim.Handler), or to wrap any http.Handler.
 //
-// For each request it computes the key (KeyFunc) and the cost for every
-// limit (Limit.Cost; 1 without a cost function), then asks the store to
-// charge all limits at once, with the store timeout as deadline:
+// For each request it computes the key (KeyFunc), the request's limits
+// (WithLimits, or the WithLimitsFunc function: an error answers with its
+// StatusError status or 500, nothing charged) and the cost for every
+// limit (Limit.Cost; 1 without a cost function; clamped by
+// WithReserveClamp), then asks the store to charge all limits at once,
+// with the store timeout as deadline. Shadow limits (Limit.Shadow) are
+// decided and reported but never refuse:
 //
 //   - Admitted: the rate-limit fields are set and next runs. Afterwards —
 //     when it returns, panics or its client disconnects — the usage the
-//     handler reported with ReportUsage is settled with the store. With a
+//     handler reported with ReportUsage is settled with the store; a
+//     failed call (5xx, or a panic before any status) without a report
+//     releases its estimates (see WithChargeOnServerError). With a
 //     LeakyBucket limit, next runs only once the request's slot comes
 //     (Result.Delay); if the request's context ends while it waits, next
 //     never runs, its reservation is refunded and the answer is 503.
 //   - Refused: the rate-limit fields are set and the RejectHandler answers:
-//     by default 429 with Retry-After, or 413 without it when a cost
-//     exceeds a limit's burst (waiting cannot help), with an RFC 9457
-//     problem body (see DefaultRejectHandler).
+//     by default 429 with Retry-After (or the WithQuotaExhaustedStatus
+//     status for a long quota), or 413 without it when a cost exceeds a
+//     limit's burst (waiting cannot help), with an RFC 9457 problem body
+//     (see DefaultRejectHandler; WithOpenAIErrors for OpenAI's shape).
 //   - The key function fails: DefaultKeyErrorHandler (a 4xx problem), or
 //     next runs unlimited under WithSkipOnKeyError.
 //   - A cost function fails: a problem with the status its error names
@@ -498,28 +604,41 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 		l.bypass(ctx, err)
-		s := l.newState(ctx, "")
+		s := l.newState(ctx, "", l.set)
 		s.bypassed = true
 		next.ServeHTTP(w, r.WithContext(s))
 		return
 	}
 
-	s := l.newState(ctx, key)
-	for i := range l.limits {
+	set := l.set
+	if l.limitsFunc != nil {
+		if set, err = l.limitsFunc(r, key); err == nil && set == nil {
+			err = errors.New("ratelimit: the WithLimitsFunc function returned no limits and no error")
+		}
+		if err != nil {
+			l.stats.planErrors.Add(1)
+			l.limitsError(w, err)
+			return
+		}
+	}
+	s := l.newState(ctx, key, set)
+	for i := range set.limits {
+		lim := &set.limits[i]
 		cost := int64(1)
-		if fn := l.limits[i].cost; fn != nil {
+		if fn := lim.cost; fn != nil {
 			if cost, err = fn(r); err == nil && cost < 0 {
 				err = &StatusError{Code: http.StatusInternalServerError,
-					Err: fmt.Errorf("ratelimit: the cost function of limit %q returned %d, a negative cost", l.limits[i].Name(), cost)}
+					Err: fmt.Errorf("ratelimit: the cost function of limit %q returned %d, a negative cost", lim.Name(), cost)}
 			}
 			if err != nil {
 				l.stats.costErrors.Add(1)
-				writeCostError(w, &l.limits[i], err)
+				l.costError(w, lim, err)
 				return
 			}
+			cost = l.reserve(lim, cost)
 		}
 		s.costs[i] = cost
-		s.reqs[i] = Request{Key: key, Limit: &l.limits[i], Cost: cost}
+		s.reqs[i] = Request{Key: key, Limit: lim, Cost: cost}
 	}
 
 	res, err := l.take(ctx, s.reqs, s.out)
@@ -539,15 +658,21 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 
-	l.headers.WriteHeaders(w.Header(), res)
+	if sw, ok := l.headers.(*styleWriter); ok {
+		sw.write(w.Header(), res, set.policy)
+	} else {
+		l.headers.WriteHeaders(w.Header(), res)
+	}
 	if !res.Allowed {
-		rej := Rejection{Result: res, Status: http.StatusTooManyRequests, Costs: s.costs}
-		if res.tooLarge() {
-			rej.Status = http.StatusRequestEntityTooLarge
-		} else {
+		rej := Rejection{Result: res, Status: l.refusalStatus(res), Costs: s.costs}
+		if rej.Status != http.StatusRequestEntityTooLarge {
 			w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.RetryAfter)))
 		}
 		l.reject(w, r, rej)
+		return
+	}
+	if l.maxWaitSet && res.Delay > l.maxWait {
+		l.refuseOverMaxWait(w, r, key, set.policy, s.costs, res)
 		return
 	}
 	// Settle on every exit path: a deferred call runs when next returns,
@@ -563,7 +688,13 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		writeEnded(w)
 		return
 	}
+	if set.hasCost && !l.chargeOnServerError {
+		// Watch the status, to release the reservation of a failed call.
+		s.rw.ResponseWriter, s.watch = w, true
+		w = &s.rw
+	}
 	next.ServeHTTP(w, r.WithContext(s))
+	s.returned = true
 }
 
 // sleep waits d, or until ctx ends (returning its error).
@@ -608,6 +739,16 @@ func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Res
 	}
 	cancel()
 	res := resultOf(out[:len(reqs)])
+	if res.Allowed && res.ShadowLimited() {
+		// Only shadow limits refused, so the store charged nothing (all
+		// or nothing): charge the enforced limits alone.
+		if err := l.retakeEnforced(ctx, reqs, out); err != nil {
+			return Result{}, err
+		}
+		if res = resultOf(out[:len(reqs)]); res.Allowed {
+			l.stats.shadowLimited.Add(1)
+		}
+	}
 	switch {
 	case res.Allowed:
 		l.stats.allowed.Add(1)
@@ -620,6 +761,38 @@ func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Res
 		l.hooks.OnDecision(ctx, res)
 	}
 	return res, nil
+}
+
+// retakeEnforced decides again, in a second Take, the requests of reqs
+// whose limits are enforced, after a Take that only shadow limits refused
+// and that therefore charged nothing. Their new decisions replace theirs
+// in out; the shadow limits keep their first decisions (a refusing shadow
+// limit stays uncharged, as it would be if enforced). Another request may
+// have spent the enforced limits in between: then this Take refuses, and
+// so does the request — nothing is charged twice either way.
+func (l *Limiter) retakeEnforced(ctx context.Context, reqs []Request, out []Decision) error {
+	var idx []int
+	for i := range reqs {
+		if !reqs[i].Limit.shadow {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil // shadow limits only: nothing to charge
+	}
+	reqs2, out2 := make([]Request, len(idx)), make([]Decision, len(idx))
+	for j, i := range idx {
+		reqs2[j] = reqs[i]
+	}
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	defer cancel()
+	if err := l.store.Take(tctx, reqs2, out2); err != nil {
+		return l.storeError(ctx, tctx, err)
+	}
+	for j, i := range idx {
+		out[i] = out2[j]
+	}
+	return nil
 }
 
 // storeError classifies a failed store call made with tctx, a child of ctx
@@ -648,9 +821,11 @@ func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
 // custom middleware. Like the middleware it uses the store timeout, the
 // failure mode, Stats and Hooks.
 //
-// A refusal is not an error: err is nil and res.Allowed false, with
-// res.RetryAfter saying how long to wait (RetryNever: never). Invalid
-// arguments — an empty key, a number of costs other than 0 or
+// Shadow limits never refuse, as in the middleware. A refusal is not an
+// error: err is nil and res.Allowed false, with res.RetryAfter saying how
+// long to wait (RetryNever: never). Invalid arguments — no WithLimits
+// limits (WithLimitsFunc alone), an empty key, a number of costs other
+// than 0 or
 // len(Limits()), a negative cost — return an error wrapping
 // ErrInvalidRequest and the zero Result. When the store fails, err is the
 // store error and res is what the failure mode decides: FailOpen gives
@@ -660,6 +835,8 @@ func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
 func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result, error) {
 	n := len(l.limits)
 	switch {
+	case n == 0:
+		return Result{}, fmt.Errorf("%w: Take: the Limiter has no WithLimits limits (only WithLimitsFunc)", ErrInvalidRequest)
 	case key == "":
 		return Result{}, fmt.Errorf("%w: Take: empty key", ErrInvalidRequest)
 	case len(costs) != 0 && len(costs) != n:
@@ -787,7 +964,7 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 	case http.StatusRequestEntityTooLarge:
 		p.Type, p.Title = ProblemRequestTooLarge, "Request Too Large"
 		for i := range rej.Decisions {
-			if d := &rej.Decisions[i]; d.Never() {
+			if d := &rej.Decisions[i]; d.Never() && !d.Limit.shadow {
 				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.Name())
 			}
 		}
@@ -796,9 +973,9 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 				units(costAt(rej.Costs, rej.Decisions, d), d.Limit.Unit()), d.Limit.Name(), d.Limit.Burst())
 		}
 	default:
-		p.Type, p.Title = ProblemQuotaExceeded, http.StatusText(http.StatusTooManyRequests)
+		p.Type, p.Title = ProblemQuotaExceeded, http.StatusText(rej.Status)
 		for i := range rej.Decisions {
-			if d := &rej.Decisions[i]; !d.Allowed {
+			if d := &rej.Decisions[i]; !d.Allowed && !d.Limit.shadow {
 				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.Name())
 			}
 		}

@@ -534,7 +534,7 @@ func TestNewValidation(t *testing.T) {
 		{"nil key", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithKey(nil)}, nil},
 		{"zero timeout", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithStoreTimeout(0)}, nil},
 		{"negative timeout", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithStoreTimeout(-time.Second)}, nil},
-		{"unknown style", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders(8)}, nil},
+		{"unknown style", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders(1 << 8)}, nil},
 		{"nil header writer", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaderWriter(nil)}, nil},
 		{"unknown failure mode", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithFailureMode(7)}, nil},
 		{"nil reject handler", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithRejectHandler(nil)}, nil},

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -22,6 +23,11 @@ import (
 
 const demoInstances = 5
 
+// demoStoreTimeout is the least store deadline of the demo: it checks
+// exact figures, and a call that missed a 50ms deadline on a loaded
+// machine would let its request through undecided (FailOpen).
+const demoStoreTimeout = 5 * time.Second
+
 // frozenClock is the demo's clock. Every instance and store decides by it,
 // and it stands still, so no capacity refills while the demo runs and every
 // expected figure follows from the limits alone.
@@ -33,14 +39,15 @@ func (c frozenClock) Now() time.Time { return c.t }
 // limiter and HTTP server.
 type fleet struct {
 	urls     []string
+	stores   []ratelimit.Store
 	limiters []*ratelimit.Limiter
 	servers  []*http.Server
 }
 
-func startFleet(stores []ratelimit.Store, o options) (*fleet, error) {
-	f := &fleet{}
+func startFleet(stores []ratelimit.Store, plans *ratelimit.Plans, o options) (*fleet, error) {
+	f := &fleet{stores: stores}
 	for _, store := range stores {
-		lim, err := newLimiter(store, o)
+		lim, err := newLimiter(store, plans, o)
 		if err != nil {
 			f.stop()
 			return nil, err
@@ -65,6 +72,23 @@ func (f *fleet) stop() {
 	}
 }
 
+// stats adds up the fleet's counters.
+func (f *fleet) stats() ratelimit.Stats {
+	var t ratelimit.Stats
+	for _, l := range f.limiters {
+		s := l.Stats()
+		t.Allowed += s.Allowed
+		t.Limited += s.Limited
+		t.TooLarge += s.TooLarge
+		t.Bypassed += s.Bypassed
+		t.StoreErrors += s.StoreErrors
+		t.Settled += s.Settled
+		t.Released += s.Released
+		t.PlanErrors += s.PlanErrors
+	}
+	return t
+}
+
 // demoRequest is one call the demo sends.
 type demoRequest struct {
 	key      string // API key ("" sends none)
@@ -76,13 +100,14 @@ type demoRequest struct {
 type outcome struct {
 	req        demoRequest
 	status     int
+	reserved   int64 // X-Demo-Reserved-Tokens: what the limiter reserved
 	tokens     int64 // usage.total_tokens of a 200 response
 	retryAfter string
 }
 
-func chatBody(contentBytes int, maxTokens int64, stream bool) string {
+func chatBody(model string, contentBytes int, maxTokens int64, stream bool) string {
 	b, _ := json.Marshal(chatRequest{
-		Model:     "demo",
+		Model:     model,
 		Messages:  []chatMessage{{Role: "user", Content: strings.Repeat("x", contentBytes)}},
 		MaxTokens: &maxTokens,
 		Stream:    stream,
@@ -90,19 +115,17 @@ func chatBody(contentBytes int, maxTokens int64, stream bool) string {
 	return string(b)
 }
 
-// send fires reqs at the fleet from 32 concurrent clients over real HTTP.
-func send(client *http.Client, f *fleet, reqs []demoRequest) []outcome {
+// send fires reqs at the fleet from concurrent clients over real HTTP.
+func send(client *http.Client, f *fleet, reqs []demoRequest, clients int) []outcome {
 	out := make([]outcome, len(reqs))
 	work := make(chan int)
 	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range clients {
+		wg.Go(func() {
 			for i := range work {
 				out[i] = sendOne(client, f.urls[reqs[i].instance], reqs[i])
 			}
-		}()
+		})
 	}
 	for i := range reqs {
 		work <- i
@@ -129,6 +152,7 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 	defer resp.Body.Close()
 	o.status = resp.StatusCode
 	o.retryAfter = resp.Header.Get("Retry-After")
+	o.reserved, _ = strconv.ParseInt(resp.Header.Get("X-Demo-Reserved-Tokens"), 10, 64)
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return o
@@ -138,12 +162,8 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			line := strings.TrimPrefix(sc.Text(), "data: ")
-			var chunk struct {
-				Usage *usage `json:"usage"`
-			}
-			if json.Unmarshal([]byte(line), &chunk) == nil && chunk.Usage != nil {
-				o.tokens = chunk.Usage.TotalTokens
+			if n, ok := ratelimit.ParseOpenAIUsage([]byte(strings.TrimPrefix(sc.Text(), "data: "))); ok {
+				o.tokens = n
 			}
 		}
 		return o
@@ -158,61 +178,104 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 // keyPlan is the traffic one API key sends and what the limits must make
 // of it, derived from the limits alone (the clock stands still).
 type keyPlan struct {
-	key            string
-	what           string
-	sent           int
-	contentBytes   int
-	maxTokens      int64
+	key          string
+	plan         string // "free", "pro", or unknown
+	what         string
+	model        string
+	sent         int
+	contentBytes int
+	maxTokens    int64
+
+	rpm, tpd       int64 // the plan's limits
+	estimate       int64 // the estimate of each call
+	reserve        int64 // what each admitted call reserves (clamped)
+	usage          int64 // what each successful call uses
 	wantOK         int   // 200s
-	wantLimited    int   // 429s
+	wantLimited    int   // 429s: the per-minute rate
+	wantForbidden  int   // 403s: the daily quota, or an unknown plan
 	wantTooLarge   int   // 413s
+	wantFailed     int   // 502s: the model failed, the reservation released
+	wantReserved   int64 // tokens reserved at admission, in total
 	wantTokens     int64 // tokens charged after settlement
-	wantReserved   int64 // tokens reserved at admission (estimate × admitted)
-	wantReqRemain  int64
-	wantTokRemain  int64
-	usagePerCall   int64
-	estimatePerCal int64
+	wantReqRemain  int64 // the store's requests left for the key
+	wantTokRemain  int64 // the store's tokens left for the key
+	wantRetryAfter string
 }
 
-func plans(o options) []keyPlan {
-	mk := func(key, what string, sent, contentBytes int, maxTokens int64) keyPlan {
-		p := keyPlan{key: key, what: what, sent: sent, contentBytes: contentBytes, maxTokens: maxTokens}
+func keyPlans(o options) []keyPlan {
+	mk := func(key, what, model string, sent, contentBytes int, maxTokens int64) keyPlan {
+		p := keyPlan{key: key, plan: planOf(key), what: what, model: model, sent: sent, contentBytes: contentBytes, maxTokens: maxTokens}
+		switch p.plan {
+		case "free":
+			p.rpm, p.tpd = o.rpm, o.tpd
+		case "pro":
+			p.rpm, p.tpd = o.proRPM, o.proTPD
+		default:
+			p.wantForbidden = sent // unknown plan: nothing decided, nothing charged
+			return p
+		}
 		prompt := int64(contentBytes+3) / 4
-		p.estimatePerCal = prompt + maxTokens
-		p.usagePerCall = prompt + min(maxTokens, maxCompletion)
+		p.estimate = prompt + maxTokens
+		p.reserve = min(p.estimate, max(1, p.tpd/2)) // WithReserveClamp(0.5)
+		p.usage = prompt + min(maxTokens, maxCompletion)
 		switch {
-		case p.estimatePerCal > o.tpd:
+		case p.estimate > p.tpd:
 			// Can never fit: 413, nothing charged on either limit.
 			p.wantTooLarge = sent
 		default:
-			// The clock stands still: a key gets at most rpm requests, and
-			// at most as many as the reserved estimates fit into tpd
-			// (estimates are reserved before earlier calls settle, so this
-			// is the conservative count; with usage ≤ estimate, settlement
-			// only refunds).
-			byTokens := int(o.tpd / p.estimatePerCal)
-			p.wantOK = min(sent, int(o.rpm), byTokens)
-			p.wantLimited = sent - p.wantOK
+			// The clock stands still: a key gets at most rpm requests,
+			// and at most as many as its reservations fit into tpd
+			// (reserved before earlier calls settle). The scenarios are
+			// chosen so that this count is exact: either rpm binds far
+			// from tpd, or every call uses its whole estimate.
+			admitted := min(sent, int(p.rpm), int(p.tpd/p.reserve))
+			p.wantLimited = sent - admitted
+			if int(p.tpd/p.reserve) < min(sent, int(p.rpm)) {
+				// Refused by the daily quota: 403 (WithQuotaExhaustedStatus).
+				p.wantForbidden, p.wantLimited = p.wantLimited, 0
+				// The missing tokens refill at tpd per 24h.
+				missing := p.reserve - (p.tpd - int64(admitted)*p.usage)
+				p.wantRetryAfter = strconv.FormatInt(ceilDiv(missing*86_400, p.tpd), 10)
+			} else if p.wantLimited > 0 {
+				// One request refills in 60s/rpm.
+				p.wantRetryAfter = strconv.FormatInt(ceilDiv(60, p.rpm), 10)
+			}
+			p.wantReserved = int64(admitted) * p.reserve
+			if model == failModel {
+				p.wantFailed = admitted // released: nothing charged
+			} else {
+				p.wantOK = admitted
+				p.wantTokens = int64(admitted) * p.usage
+			}
+			p.wantReqRemain = p.rpm - int64(admitted)
 		}
-		p.wantTokens = int64(p.wantOK) * p.usagePerCall
-		p.wantReserved = int64(p.wantOK) * p.estimatePerCal
-		p.wantReqRemain = o.rpm - int64(p.wantOK)
-		p.wantTokRemain = o.tpd - p.wantTokens
+		p.wantTokRemain = p.tpd - p.wantTokens
+		if p.wantTooLarge > 0 {
+			p.wantReqRemain = p.rpm
+		}
 		return p
 	}
 	return []keyPlan{
-		mk("sk-alice", "burst of small calls: rpm binds", int(5*o.rpm), 40, 100),
-		mk("sk-bob", "burst of small calls: rpm binds", int(5*o.rpm), 40, 100),
-		mk("sk-carol", "burst of small calls: rpm binds", int(5*o.rpm), 40, 100),
-		mk("sk-dave", "large prompts: tokens/day binds", 20, 40_000, 50),
-		mk("sk-erin", "one prompt larger than tpd: never fits", 3, int(4*o.tpd+400), 50),
+		mk("sk-free-alice", "burst of small calls: rpm binds", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-free-bob", "burst of small calls: rpm binds", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-free-carol", "burst of small calls: rpm binds", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-free-dave", "large prompts: the daily quota binds (403)", "demo", 20, 40_000, 50),
+		mk("sk-free-erin", "a prompt larger than tpd: never fits (413)", "demo", 3, int(4*o.tpd+400), 50),
+		mk("sk-free-ivan", "max_tokens of 80% of tpd: reservation clamped to half", "demo", 1, 40, o.tpd*8/10),
+		mk("sk-free-gina", "the model fails (502): reservations released", failModel, int(min(10, o.rpm)), 40, 100),
+		mk("sk-pro-judy", "the same burst on the pro plan", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-trial-hank", "an unknown plan (403)", "demo", 2, 40, 100),
 	}
 }
 
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
 func runDemo(w io.Writer, o options) error {
-	if o.rpm < 1 || o.tpd < 1 {
-		return fmt.Errorf("-rpm and -tpd must be at least 1")
+	plans, err := newPlans(o)
+	if err != nil {
+		return err
 	}
+	o.storeTimeout = max(o.storeTimeout, demoStoreTimeout)
 	client, mini, stopRedis, err := newRedisClient(o.redisURL)
 	if err != nil {
 		return err
@@ -233,7 +296,10 @@ func runDemo(w io.Writer, o options) error {
 	if o.redisURL != "" {
 		where = o.redisURL
 	}
-	fmt.Fprintf(w, "rampmeter demo: %d instances, %d requests/min + %d tokens/day per API key, stacked and atomic\n", demoInstances, o.rpm, o.tpd)
+	fmt.Fprintf(w, "rampmeter demo: %d instances, one shared store, plans per API key prefix:\n", demoInstances)
+	fmt.Fprintf(w, "  sk-free-… %d requests/min + %d tokens/day; sk-pro-… %d requests/min + %d tokens/day; others 403\n",
+		o.rpm, o.tpd, o.proRPM, o.proTPD)
+	fmt.Fprintf(w, "tokens are estimated from the body, reserved (at most half the daily quota), settled to the real usage;\n")
 	fmt.Fprintf(w, "shared store: %s; the clock is frozen so every figure below is exact\n\n", where)
 
 	httpClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -243,22 +309,49 @@ func runDemo(w io.Writer, o options) error {
 	for i := range sharedStores {
 		sharedStores[i] = shared
 	}
-	f, err := startFleet(sharedStores, o)
+	f, err := startFleet(sharedStores, plans, o)
 	if err != nil {
 		return err
 	}
 	defer f.stop()
 
-	ps := plans(o)
-	reqs := buildTraffic(ps)
-	outs := send(httpClient, f, reqs)
-	ok := report(w, "Shared Redis store (the fix)", ps, outs, f, true)
+	ps := keyPlans(o)
+	outs, left := runTraffic(httpClient, f, ps, plans)
+	ok := report(w, "Shared Redis store (the fix)", ps, outs, left, f, true)
+
+	// The fleet's counters, against the plans.
+	var want ratelimit.Stats
+	for _, p := range ps {
+		want.Allowed += uint64(p.wantOK + p.wantFailed)
+		want.Limited += uint64(p.wantLimited)
+		if p.plan == "free" || p.plan == "pro" {
+			want.Limited += uint64(p.wantForbidden)
+		} else {
+			want.PlanErrors += uint64(p.wantForbidden)
+		}
+		want.TooLarge += uint64(p.wantTooLarge)
+		want.Released += uint64(p.wantFailed)
+		if p.wantOK > 0 && p.usage != p.reserve {
+			want.Settled += uint64(p.wantOK) // usage ≠ reservation: one Adjust each
+		}
+	}
+	want.Settled += want.Released
+	got := f.stats()
+	statsOK := got == want
+	fmt.Fprintf(w, "fleet counters: allowed %d, limited %d (429 and 403), too large %d, released %d, settled %d, plan errors %d, bypassed %d, store errors %d",
+		got.Allowed, got.Limited, got.TooLarge, got.Released, got.Settled, got.PlanErrors, got.Bypassed, got.StoreErrors)
+	if statsOK {
+		fmt.Fprintln(w, " (exact)")
+	} else {
+		fmt.Fprintf(w, "\n  MISMATCH: want %+v\n", want)
+		ok = false
+	}
 
 	// Malformed input gets a clear 4xx and charges nothing.
 	bad := send(httpClient, f, []demoRequest{
-		{key: "", body: chatBody(10, 10, false)},
-		{key: "sk-frank", body: `{"model":"demo","messages":[`},
-	})
+		{key: "", body: chatBody("demo", 10, 10, false)},
+		{key: "sk-free-frank", body: `{"model":"demo","messages":[`},
+	}, 2)
 	fmt.Fprintf(w, "no API key → %d (want 401); malformed JSON → %d (want 400)\n\n", bad[0].status, bad[1].status)
 	if bad[0].status != http.StatusUnauthorized || bad[1].status != http.StatusBadRequest {
 		ok = false
@@ -272,17 +365,18 @@ func runDemo(w io.Writer, o options) error {
 		if err != nil {
 			return err
 		}
+		defer m.Close()
 		localStores[i] = m
 	}
-	lf, err := startFleet(localStores, o)
+	lf, err := startFleet(localStores, plans, o)
 	if err != nil {
 		return err
 	}
 	defer lf.stop()
-	localOuts := send(httpClient, lf, reqs)
-	report(w, "For contrast: a memory store per process (the bug)", ps[:3], localOuts, lf, false)
-	sharedOK, localOK := countOK(outs, "sk-alice"), countOK(localOuts, "sk-alice")
-	fmt.Fprintf(w, "sk-alice admitted: %d with the shared store, %d with per-process stores (%.1f× the intended %d/min)\n\n",
+	localOuts, localLeft := runTraffic(httpClient, lf, ps[:3], plans)
+	report(w, "For contrast: a memory store per process (the bug)", ps[:3], localOuts, localLeft, lf, false)
+	sharedOK, localOK := countOK(outs, "sk-free-alice"), countOK(localOuts, "sk-free-alice")
+	fmt.Fprintf(w, "sk-free-alice admitted: %d with the shared store, %d with per-process stores (%.1f× the intended %d/min)\n\n",
 		sharedOK, localOK, float64(localOK)/float64(o.rpm), o.rpm)
 
 	if !ok {
@@ -292,29 +386,37 @@ func runDemo(w io.Writer, o options) error {
 	return nil
 }
 
-// buildTraffic interleaves every key's calls and spreads them round-robin
-// over the instances; every third small call streams.
-func buildTraffic(ps []keyPlan) []demoRequest {
-	var reqs []demoRequest
-	n := 0
-	for i := 0; ; i++ {
-		added := false
-		for _, p := range ps {
-			if i >= p.sent {
-				continue
+// runTraffic sends every key's calls at once, each key from 8 concurrent
+// clients spreading its calls round-robin over the instances (every third
+// small call streams), and reads what the store holds for each key as soon
+// as its calls are answered (first instance's store). Reading at once
+// matters on a real Redis: a key expires after its time-to-full in wall
+// time, which the demo's frozen clock does not see pass.
+func runTraffic(client *http.Client, f *fleet, ps []keyPlan, plans *ratelimit.Plans) ([]outcome, map[string][2]int64) {
+	var mu sync.Mutex
+	var outs []outcome
+	left := map[string][2]int64{}
+	var wg sync.WaitGroup
+	for k, p := range ps {
+		wg.Go(func() {
+			reqs := make([]demoRequest, p.sent)
+			for i := range reqs {
+				reqs[i] = demoRequest{
+					key:      p.key,
+					body:     chatBody(p.model, p.contentBytes, p.maxTokens, p.contentBytes < 1000 && i%3 == 2),
+					instance: (k + i) % demoInstances,
+				}
 			}
-			added = true
-			reqs = append(reqs, demoRequest{
-				key:      p.key,
-				body:     chatBody(p.contentBytes, p.maxTokens, p.contentBytes < 1000 && i%3 == 2),
-				instance: n % demoInstances,
-			})
-			n++
-		}
-		if !added {
-			return reqs
-		}
+			out := send(client, f, reqs, 8)
+			r, t := peekKey(f.stores[0], plans, p.key)
+			mu.Lock()
+			outs = append(outs, out...)
+			left[p.key] = [2]int64{r, t}
+			mu.Unlock()
+		})
 	}
+	wg.Wait()
+	return outs, left
 }
 
 func countOK(outs []outcome, key string) int {
@@ -327,63 +429,103 @@ func countOK(outs []outcome, key string) int {
 	return n
 }
 
+// peekKey returns what the store itself holds for key on its plan's
+// limits (a Take of cost 0 charges nothing), or -1s for an unknown plan.
+func peekKey(store ratelimit.Store, plans *ratelimit.Plans, key string) (requests, tokens int64) {
+	set, err := plans.Lookup(planOf(key), "")
+	if err != nil {
+		return -1, -1
+	}
+	limits := set.Limits()
+	reqs := []ratelimit.Request{{Key: key, Limit: &limits[0]}, {Key: key, Limit: &limits[1]}}
+	out := make([]ratelimit.Decision, 2)
+	if store.Take(context.Background(), reqs, out) != nil {
+		return -1, -1
+	}
+	return out[0].Remaining, out[1].Remaining
+}
+
 // report prints the per-key and per-instance tables; with check it compares
-// every figure with the plan, including the store's own remaining quota, and
-// returns whether all matched.
-func report(w io.Writer, title string, ps []keyPlan, outs []outcome, f *fleet, check bool) bool {
+// every figure with the plan, including the store's own remaining quota
+// (left, per key), and returns whether all matched.
+func report(w io.Writer, title string, ps []keyPlan, outs []outcome, left map[string][2]int64, f *fleet, check bool) bool {
 	fmt.Fprintf(w, "== %s ==\n", title)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "key\tsent\t200\t429\t413\tother\ttokens reserved\ttokens charged\trefunded\trequests left\ttokens left\tRetry-After\tcheck\t")
+	fmt.Fprintln(tw, "key\tsent\t200\t429\t403\t413\t502\tother\ttokens reserved\ttokens charged\trefunded\trequests left\ttokens left\tRetry-After\tcheck\t")
 	allOK := true
 	for _, p := range ps {
-		var sent, okN, limited, tooLarge, other int
-		var tokens int64
-		retry := "-"
+		var sent, okN, limited, forbidden, tooLarge, failed, other int
+		var tokens, reserved int64
+		retry := ""
 		for _, o := range outs {
 			if o.req.key != p.key {
 				continue
 			}
 			sent++
+			reserved += o.reserved
 			switch o.status {
 			case http.StatusOK:
 				okN++
 				tokens += o.tokens
 			case http.StatusTooManyRequests:
 				limited++
-				retry = o.retryAfter + "s"
+				retry = o.retryAfter
+			case http.StatusForbidden:
+				forbidden++
+				if o.retryAfter != "" {
+					retry = o.retryAfter
+				}
 			case http.StatusRequestEntityTooLarge:
 				tooLarge++
+			case http.StatusBadGateway:
+				failed++
 			default:
 				other++
 			}
 		}
-		reserved := int64(okN) * p.estimatePerCal
-		// Peek (cost 0) at what the store itself holds for this key.
-		res, err := f.limiters[0].Take(context.Background(), p.key, 0, 0)
-		reqLeft, tokLeft := int64(-1), int64(-1)
-		if err == nil && len(res.Decisions) == 2 {
-			reqLeft, tokLeft = res.Decisions[0].Remaining, res.Decisions[1].Remaining
+		reqLeft, tokLeft := left[p.key][0], left[p.key][1]
+		show := func(n int64) string {
+			if n < 0 {
+				return "-"
+			}
+			return strconv.FormatInt(n, 10)
 		}
 		verdict := ""
 		if check {
-			match := okN == p.wantOK && limited == p.wantLimited && tooLarge == p.wantTooLarge && other == 0 &&
-				tokens == p.wantTokens && reqLeft == p.wantReqRemain && tokLeft == p.wantTokRemain
+			match := okN == p.wantOK && limited == p.wantLimited && forbidden == p.wantForbidden && tooLarge == p.wantTooLarge &&
+				failed == p.wantFailed && other == 0 && tokens == p.wantTokens && reserved == p.wantReserved &&
+				retry == p.wantRetryAfter
+			if p.rpm > 0 {
+				match = match && reqLeft == p.wantReqRemain && tokLeft == p.wantTokRemain
+			}
 			verdict = "exact"
 			if !match {
-				verdict = fmt.Sprintf("MISMATCH (want 200=%d 429=%d 413=%d tokens=%d left=%d/%d)",
-					p.wantOK, p.wantLimited, p.wantTooLarge, p.wantTokens, p.wantReqRemain, p.wantTokRemain)
+				verdict = fmt.Sprintf("MISMATCH (want 200=%d 429=%d 403=%d 413=%d 502=%d reserved=%d charged=%d left=%d/%d Retry-After=%q)",
+					p.wantOK, p.wantLimited, p.wantForbidden, p.wantTooLarge, p.wantFailed, p.wantReserved, p.wantTokens,
+					p.wantReqRemain, p.wantTokRemain, p.wantRetryAfter)
 				allOK = false
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n",
-			p.key, sent, okN, limited, tooLarge, other, reserved, tokens, reserved-tokens, reqLeft, tokLeft, retry, verdict)
+		if retry == "" {
+			retry = "-"
+		} else {
+			retry += "s"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
+			p.key, sent, okN, limited, forbidden, tooLarge, failed, other, reserved, tokens, reserved-tokens,
+			show(reqLeft), show(tokLeft), retry, verdict)
 	}
 	_ = tw.Flush()
+	if check {
+		for _, p := range ps {
+			fmt.Fprintf(w, "  %-14s %s\n", p.key, p.what)
+		}
+	}
 
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "instance\tsent\t200\t429\t413\ttokens charged\t")
+	fmt.Fprintln(tw, "instance\tsent\t200\t429\t403\t413\t502\ttokens charged\t")
 	for i := range f.urls {
-		var sent, okN, limited, tooLarge int
+		var sent, okN, limited, forbidden, tooLarge, failed int
 		var tokens int64
 		for _, o := range outs {
 			if o.req.instance != i || !planned(ps, o.req.key) {
@@ -396,11 +538,15 @@ func report(w io.Writer, title string, ps []keyPlan, outs []outcome, f *fleet, c
 				tokens += o.tokens
 			case http.StatusTooManyRequests:
 				limited++
+			case http.StatusForbidden:
+				forbidden++
 			case http.StatusRequestEntityTooLarge:
 				tooLarge++
+			case http.StatusBadGateway:
+				failed++
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t\n", i+1, sent, okN, limited, tooLarge, tokens)
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", i+1, sent, okN, limited, forbidden, tooLarge, failed, tokens)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)

@@ -1,6 +1,13 @@
 // Command _example is a small OpenAI-compatible AI API protected by
-// rampmeter: every API key gets -rpm requests per minute and -tpd AI tokens
-// per day, decided atomically in one shared store by every instance.
+// rampmeter: every API key has a plan, named by its prefix — sk-free-…
+// gets -rpm requests per minute and -tpd AI tokens per day, sk-pro-…
+// gets -pro-rpm and -pro-tpd, any other key is refused (403) — decided
+// atomically in one shared store by every instance. Token estimates come
+// from the request body (ratelimit.EstimateOpenAITokens), are reserved
+// before the model runs (at most half the daily quota per request) and
+// settled to the real usage after it; failed model calls are refunded; a
+// spent daily quota is a 403, a spent per-minute rate a 429; headers and
+// errors follow the OpenAI API.
 //
 //	go run ./_example                 # one instance on 127.0.0.1:8080, embedded Redis
 //	go run ./_example -instances 5    # five instances on 8080..8084 sharing one store
@@ -22,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,20 +43,26 @@ import (
 )
 
 type options struct {
-	addr      string
-	redisURL  string
-	rpm       int64
-	tpd       int64
-	instances int
-	demo      bool
+	addr         string
+	redisURL     string
+	rpm          int64
+	tpd          int64
+	proRPM       int64
+	proTPD       int64
+	instances    int
+	demo         bool
+	storeTimeout time.Duration
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address of the first instance; others take the following ports")
 	flag.StringVar(&o.redisURL, "redis", "", "Redis URL (redis://host:port/db); default: an embedded miniredis")
-	flag.Int64Var(&o.rpm, "rpm", 60, "requests per minute per API key")
-	flag.Int64Var(&o.tpd, "tpd", 100_000, "AI tokens per day per API key")
+	flag.Int64Var(&o.rpm, "rpm", 60, "requests per minute per API key of the free plan (sk-free-…)")
+	flag.Int64Var(&o.tpd, "tpd", 100_000, "AI tokens per day per API key of the free plan")
+	flag.Int64Var(&o.proRPM, "pro-rpm", 600, "requests per minute per API key of the pro plan (sk-pro-…)")
+	flag.Int64Var(&o.proTPD, "pro-tpd", 2_000_000, "AI tokens per day per API key of the pro plan")
+	flag.DurationVar(&o.storeTimeout, "store-timeout", ratelimit.DefaultStoreTimeout, "deadline of each store call (then FailOpen applies)")
 	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
 	flag.BoolVar(&o.demo, "demo", false, "run the seed scenario against 5 instances and exit (0 only if every limit held exactly)")
 	flag.Parse()
@@ -94,17 +108,39 @@ func newRedisClient(url string) (redis.UniversalClient, *miniredis.Miniredis, fu
 	return c, m, func() { _ = c.Close(); m.Close() }, nil
 }
 
-// newLimiter builds one instance's limiter: requests per minute and tokens
-// per day, stacked, decided atomically by store.
-func newLimiter(store ratelimit.Store, o options) (*ratelimit.Limiter, error) {
+// newPlans validates the plans once: requests per minute and tokens per
+// day, stacked, per plan.
+func newPlans(o options) (*ratelimit.Plans, error) {
+	if o.rpm < 1 || o.tpd < 1 || o.proRPM < 1 || o.proTPD < 1 {
+		return nil, fmt.Errorf("-rpm, -tpd, -pro-rpm and -pro-tpd must be at least 1")
+	}
+	return ratelimit.NewPlans(map[string][]ratelimit.Limit{
+		"free": {ratelimit.PerMinute(o.rpm).Named("requests"), ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens)},
+		"pro":  {ratelimit.PerMinute(o.proRPM).Named("requests"), ratelimit.PerDay(o.proTPD).Named("tokens").CostFrom(estimateTokens)},
+	})
+}
+
+// planOf names the plan of an API key: "sk-pro-alice" is on "pro". A real
+// API looks the key up in its account table.
+func planOf(key string) string {
+	_, rest, _ := strings.Cut(key, "-")
+	plan, _, _ := strings.Cut(rest, "-")
+	return plan
+}
+
+// newLimiter builds one instance's limiter on store.
+func newLimiter(store ratelimit.Store, plans *ratelimit.Plans, o options) (*ratelimit.Limiter, error) {
 	return ratelimit.New(store,
 		ratelimit.WithKey(ratelimit.KeyByAPIKey()),
-		ratelimit.WithLimits(
-			ratelimit.PerMinute(o.rpm).Named("requests"),
-			ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens),
-		),
-		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit),
+		ratelimit.WithLimitsFunc(func(_ *http.Request, key string) (*ratelimit.PolicySet, error) {
+			return plans.Lookup(planOf(key), "") // 403 for an unknown plan
+		}),
+		ratelimit.WithReserveClamp(0.5),
+		ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden),
+		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersOpenAI),
+		ratelimit.WithOpenAIErrors(),
 		ratelimit.WithFailureMode(ratelimit.FailOpen),
+		ratelimit.WithStoreTimeout(o.storeTimeout),
 	)
 }
 
@@ -141,13 +177,17 @@ func serve(o options) error {
 	if err != nil {
 		return err
 	}
+	plans, err := newPlans(o)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 
 	errc := make(chan error, o.instances)
 	var servers []*http.Server
 	for i := range o.instances {
-		lim, err := newLimiter(store, o)
+		lim, err := newLimiter(store, plans, o)
 		if err != nil {
 			return err
 		}
@@ -167,19 +207,25 @@ func serve(o options) error {
 	}
 	first := net.JoinHostPort(host, strconv.Itoa(port))
 	fmt.Printf(`
-rampmeter demo API: %d instance(s), %d requests/min and %d tokens/day per API key, shared store: %s
+rampmeter demo API: %d instance(s), shared store: %s
+plans: sk-free-… %d requests/min and %d tokens/day; sk-pro-… %d requests/min and %d tokens/day
 
 Try it:
-  curl -si http://%[5]s/v1/chat/completions -H 'Authorization: Bearer sk-alice' \
+  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Hello there"}],"max_tokens":16}'
-  curl -sN http://%[5]s/v1/chat/completions -H 'Authorization: Bearer sk-alice' \
+  curl -sN http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Stream please"}],"stream":true}'
-  curl -si http://%[5]s/v1/chat/completions -d '{}'                                   # 401: no API key
-  for i in $(seq 65); do curl -s -o /dev/null -w '%%{http_code} ' http://%[5]s/v1/chat/completions \
-       -H 'Authorization: Bearer sk-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}'; done; echo
+  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+       -d '{"model":"demo-fail","messages":[{"role":"user","content":"hi"}]}'        # 502: reservation refunded
+  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+       -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
+  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 403: unknown plan
+  curl -si http://%[7]s/v1/chat/completions -d '{}'                                   # 401: no API key
+  for i in $(seq 65); do curl -s -o /dev/null -w '%%{http_code} ' http://%[7]s/v1/chat/completions \
+       -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}'; done; echo
 
 Ctrl-C stops.
-`, o.instances, o.rpm, o.tpd, where, first)
+`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, first)
 
 	select {
 	case <-ctx.Done():

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,15 +14,19 @@ import (
 
 // The fake model is deterministic so the demo can check every figure:
 //
-//	prompt tokens     = ceil(total bytes of all message contents / 4)
+//	prompt tokens     = Σ ceil(bytes of each message's content / 4)
 //	completion tokens = min(max_tokens, 50), max_tokens defaulting to 256
 //
-// and the limiter's estimate before the call is prompt tokens + max_tokens,
-// settled to the real usage (prompt + completion) after it.
+// The limiter's estimate before the call (ratelimit.EstimateOpenAITokens)
+// is prompt tokens + max_tokens, reserved (at most half the daily quota,
+// WithReserveClamp) and settled to the real usage, prompt + completion,
+// after it. The model named failModel always fails with 502, as an
+// unavailable upstream would: its reservations are released.
 const (
 	defaultMaxTokens = 256
 	maxCompletion    = 50
 	maxBodyBytes     = 1 << 20 // 1 MiB
+	failModel        = "demo-fail"
 )
 
 type chatMessage struct {
@@ -45,73 +47,71 @@ type usage struct {
 	TotalTokens      int64 `json:"total_tokens"`
 }
 
-// readChatRequest reads and validates the body once, bounded, and puts it
-// back so the handler can read it again.
-func readChatRequest(r *http.Request) (chatRequest, error) {
-	var req chatRequest
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBodyBytes))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			return req, &ratelimit.StatusError{Code: http.StatusRequestEntityTooLarge,
-				Err: fmt.Errorf("request body larger than %d bytes", maxBodyBytes)}
-		}
-		return req, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: fmt.Errorf("reading body: %w", err)}
-	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
-		return req, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: fmt.Errorf("malformed JSON body: %w", err)}
-	}
-	switch {
-	case req.Model == "":
-		return req, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"model" is required`)}
-	case len(req.Messages) == 0:
-		return req, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"messages" must not be empty`)}
-	case req.MaxTokens != nil && *req.MaxTokens < 1:
-		return req, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"max_tokens" must be at least 1`)}
-	}
-	return req, nil
-}
+// estimateTokens is the tokens limit's cost function: it reads the body
+// once (at most 1 MiB: 413 beyond), parses it once, and puts it back.
+var estimateTokens = ratelimit.EstimateOpenAITokens(
+	ratelimit.WithDefaultOutputTokens(defaultMaxTokens),
+	ratelimit.WithMaxBodyBytes(maxBodyBytes),
+)
 
-func (c chatRequest) promptTokens() int64 {
-	var n int64
-	for _, m := range c.Messages {
-		n += int64(len(m.Content))
+// usageOf is what the fake model spends on body, and whether it stopped
+// at the output cap.
+func usageOf(body *ratelimit.OpenAIBody) (usage, bool) {
+	var u usage
+	for _, t := range body.Texts {
+		u.PromptTokens += (int64(len(t)) + 3) / 4
 	}
-	return (n + 3) / 4
-}
-
-func (c chatRequest) maxTokens() int64 {
-	if c.MaxTokens == nil {
-		return defaultMaxTokens
+	maxTokens := int64(defaultMaxTokens)
+	if body.HasMaxOutput {
+		maxTokens = body.MaxOutputTokens
 	}
-	return *c.MaxTokens
-}
-
-func (c chatRequest) usage() usage {
-	u := usage{PromptTokens: c.promptTokens(), CompletionTokens: min(c.maxTokens(), maxCompletion)}
+	u.CompletionTokens = min(maxTokens, maxCompletion)
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
-	return u
-}
-
-// estimateTokens is the tokens limit's cost function: prompt + max_tokens.
-func estimateTokens(r *http.Request) (int64, error) {
-	req, err := readChatRequest(r)
-	if err != nil {
-		return 0, err
-	}
-	return req.promptTokens() + req.maxTokens(), nil
+	return u, maxTokens <= maxCompletion
 }
 
 // completions serves POST /v1/chat/completions with the fake model.
 func completions(w http.ResponseWriter, r *http.Request) {
-	req, err := readChatRequest(r)
+	// The estimator parsed the body already: this reads neither again.
+	body, err := ratelimit.ReadOpenAIBody(r, maxBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	u := req.usage()
+	switch {
+	case body.Model == "":
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"model" is required`)})
+		return
+	case len(body.Texts) == 0:
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"messages" must not be empty`)})
+		return
+	}
+	// Show the client what the limiter reserved (the demo's table adds
+	// it up); the rate-limit fields show the state after the reservation.
+	if n, ok := ratelimit.Reserved(r.Context(), "tokens"); ok {
+		w.Header().Set("X-Demo-Reserved-Tokens", strconv.FormatInt(n, 10))
+	}
+	if body.Model == failModel {
+		// A failed upstream call, no usage reported: the middleware
+		// releases the token reservation (the request still counts).
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadGateway, Err: errors.New("the model is unavailable")})
+		return
+	}
+	// A proxy forwards the body upstream with include_usage set, so that
+	// a stream ends with a usage chunk; the fake model honours it.
+	upstream, err := ratelimit.IncludeStreamUsage(body.Raw)
+	if err != nil {
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: err})
+		return
+	}
+	var opts struct {
+		StreamOptions struct {
+			IncludeUsage bool `json:"include_usage"`
+		} `json:"stream_options"`
+	}
+	_ = json.Unmarshal(upstream, &opts)
+
+	u, capped := usageOf(body)
 	// The real usage settles the reservation made from the estimate.
 	if err := ratelimit.ReportUsage(r.Context(), "tokens", u.TotalTokens); err != nil {
 		writeError(w, err)
@@ -123,19 +123,25 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	}
 	id := "chatcmpl-demo"
 	created := time.Now().Unix()
-	if !req.Stream {
+	finish := "stop"
+	if capped {
+		finish = "length"
+	}
+	if !body.Stream {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"id": id, "object": "chat.completion", "created": created, "model": req.Model,
+			"id": id, "object": "chat.completion", "created": created, "model": body.Model,
 			"choices": []any{map[string]any{
 				"index":         0,
 				"message":       chatMessage{Role: "assistant", Content: strings.Join(words, " ")},
-				"finish_reason": finishReason(req),
+				"finish_reason": finish,
 			}},
 			"usage": u,
 		})
 		return
 	}
+	// Server-sent events: the rate-limit fields went out with the header,
+	// before the first event.
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	flusher, _ := w.(http.Flusher)
@@ -150,25 +156,20 @@ func completions(w http.ResponseWriter, r *http.Request) {
 		if i > 0 {
 			word = " " + word
 		}
-		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
+		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
 			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": word}}}})
 	}
-	send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
-		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": finishReason(req)}}})
-	// The final chunk carries usage, as OpenAI does with stream_options.include_usage.
-	send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": req.Model,
-		"choices": []any{}, "usage": u})
+	send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": finish}}})
+	if opts.StreamOptions.IncludeUsage {
+		// The final chunk carries usage, as OpenAI's does with include_usage.
+		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
+			"choices": []any{}, "usage": u})
+	}
 	fmt.Fprint(w, "data: [DONE]\n\n")
 	if flusher != nil {
 		flusher.Flush()
 	}
-}
-
-func finishReason(req chatRequest) string {
-	if req.maxTokens() <= maxCompletion {
-		return "length"
-	}
-	return "stop"
 }
 
 // writeError answers in the OpenAI error shape.
@@ -178,9 +179,13 @@ func writeError(w http.ResponseWriter, err error) {
 	if errors.As(err, &se) {
 		code = se.StatusCode()
 	}
+	typ := "invalid_request_error"
+	if code >= 500 {
+		typ = "server_error"
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"message": err.Error(), "type": "invalid_request_error", "code": nil,
+		"message": err.Error(), "type": typ, "param": nil, "code": nil,
 	}})
 }

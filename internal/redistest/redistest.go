@@ -38,10 +38,13 @@ func Addr(t testing.TB) string {
 	return addr
 }
 
-// Client returns a client of the real redis-server, closed when t ends.
+// Client returns a client of the real redis-server, closed when t ends. It
+// is configured as the Redis store wants its clients: the caller's context
+// deadline ends a command (ContextTimeoutEnabled), and no command is
+// re-sent after an error (MaxRetries -1).
 func Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: Addr(t)})
+	c := redis.NewClient(&redis.Options{Addr: Addr(t), ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,5 +245,124 @@ func BenchmarkTakeHotKeyFixedClock(b *testing.B) {
 	}
 	if !out[0].Allowed {
 		b.Fatal("benchmark measured refusals")
+	}
+}
+
+// tickClock is a clock that advances 1µs per reading, so that the state
+// each algorithm keeps stays the same size however many iterations run.
+type tickClock struct{ us atomic.Int64 }
+
+func (c *tickClock) Now() time.Time { return time.UnixMicro(c.us.Add(1)) }
+
+// algorithmBench is one algorithm's benchmark configuration: a limit that
+// admits every decision at one decision per µs of the tick clock, for one
+// hot key (serial) and for 10,000 keys each visited once per 10,000 µs
+// (parallel), and the charge that puts each key's state in place first.
+type algorithmBench struct {
+	serial, parallel ratelimit.Limit
+	warm             int64
+}
+
+// algorithmBenches: the buckets refill one unit per µs, with a burst of
+// 2^50 and a warm charge of 2^40 units (12.7 days to drain), so a key's
+// state never expires; the windows count 4,000,000 per second against
+// the 1,000,000 decisions a second holds; the log holds 50 live entries
+// per key in both settings (100 per 50µs on one key, 100 per 500ms over
+// 10,000 keys).
+func algorithmBenches() []algorithmBench {
+	us := time.Microsecond
+	bucket := func(a ratelimit.Algorithm) algorithmBench {
+		l := ratelimit.Every(1, us).WithBurst(1 << 50).WithAlgorithm(a)
+		return algorithmBench{l, l, 1 << 40}
+	}
+	window := func(a ratelimit.Algorithm) algorithmBench {
+		l := ratelimit.Every(4_000_000, time.Second).WithAlgorithm(a)
+		return algorithmBench{l, l, 1}
+	}
+	log := ratelimit.SlidingLog
+	return []algorithmBench{
+		bucket(ratelimit.TokenBucket), bucket(ratelimit.GCRA), bucket(ratelimit.LeakyBucket),
+		window(ratelimit.SlidingWindow),
+		{ratelimit.Every(100, 50*us).WithAlgorithm(log), ratelimit.Every(100, 500*time.Millisecond).WithAlgorithm(log), 1},
+		window(ratelimit.FixedWindow),
+	}
+}
+
+// BenchmarkAlgorithms measures one decision per op for each algorithm:
+// ExistingKey on one key that already has state, from one goroutine;
+// Parallel10kKeys over 10,000 existing keys from GOMAXPROCS goroutines.
+// Every decision is allowed and charged (the full read-decide-write path
+// on an existing entry).
+func BenchmarkAlgorithms(b *testing.B) {
+	for _, ab := range algorithmBenches() {
+		for _, l := range []ratelimit.Limit{ab.serial, ab.parallel} {
+			if err := l.Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		newStore := func(b *testing.B) *Store {
+			c := &tickClock{}
+			c.us.Store(ratelimit.Micros(t0))
+			s, err := New(WithClock(c.Now))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		}
+		ctx := context.Background()
+		b.Run(ab.serial.Algorithm().String()+"/ExistingKey", func(b *testing.B) {
+			s := newStore(b)
+			l := ab.serial
+			reqs := []ratelimit.Request{{Key: "api-key-0123456789", Limit: &l, Cost: ab.warm}}
+			out := make([]ratelimit.Decision, 1)
+			_ = s.Take(ctx, reqs, out)
+			reqs[0].Cost = 1
+			for range 100 { // the log at its steady size
+				_ = s.Take(ctx, reqs, out)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.Take(ctx, reqs, out); err != nil || !out[0].Allowed {
+					b.Fatalf("refused or failed: %v %+v", err, out[0])
+				}
+			}
+		})
+		b.Run(ab.parallel.Algorithm().String()+"/Parallel10kKeys", func(b *testing.B) {
+			const nKeys = 10_000
+			s := newStore(b)
+			l := ab.parallel
+			keys := make([]string, nKeys)
+			out := make([]ratelimit.Decision, 1)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("api-key-%010d", i)
+				_ = s.Take(ctx, []ratelimit.Request{{Key: keys[i], Limit: &l, Cost: ab.warm}}, out)
+			}
+			if l.Algorithm() == ratelimit.SlidingLog {
+				// 50 laps: every key's log at its steady 50 entries.
+				for range 49 {
+					for _, k := range keys {
+						_ = s.Take(ctx, []ratelimit.Request{{Key: k, Limit: &l, Cost: 1}}, out)
+					}
+				}
+			}
+			var next atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				reqs := []ratelimit.Request{{Limit: &l, Cost: 1}}
+				out := make([]ratelimit.Decision, 1)
+				i := int(next.Add(nKeys/8) % nKeys) // goroutines start apart
+				for pb.Next() {
+					reqs[0].Key = keys[i]
+					if i++; i == nKeys {
+						i = 0
+					}
+					if err := s.Take(ctx, reqs, out); err != nil || !out[0].Allowed {
+						b.Errorf("refused or failed: %v %+v", err, out[0])
+						return
+					}
+				}
+			})
+		})
 	}
 }

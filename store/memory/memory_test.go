@@ -53,6 +53,17 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestProperties runs the suite's property tests: random sequences of
+// clock moves, stacked Takes and Adjusts on every algorithm, decided
+// identically by this store and the model (RAMPMETER_PROPERTY_CHECKS
+// sets the number of sequences per algorithm).
+func TestProperties(t *testing.T) {
+	storetest.RunProperties(t, func(t *testing.T) storetest.Harness {
+		s, c := newTestStore(t)
+		return storetest.Harness{Store: s, SetTime: c.Set}
+	})
+}
+
 func TestNewOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name string

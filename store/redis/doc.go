@@ -5,7 +5,7 @@
 //
 //	client := redis.NewClient(&redis.Options{
 //		Addr:                  "redis:6379",
-//		ContextTimeoutEnabled: true, // let the caller's deadline end a call (see below)
+//		ContextTimeoutEnabled: true, // required: the caller's deadline ends a call (see below)
 //	})
 //	store, err := redisstore.New(client, redisstore.WithKeySecret(secret))
 //
@@ -84,41 +84,47 @@
 // # Deadlines, retries and double charging
 //
 // When a call fails with a timeout or a dropped connection, the script may
-// or may not have run; the store never sends it again itself. go-redis
-// (v9.23, redis.go processWithRetry and error.go shouldRetry, pinned by
-// this package's TestGoRedis tests) may:
+// or may not have run. Sending it again could charge the request twice, so
+// it is sent once: the store never retries it, and it keeps go-redis from
+// retrying it too. go-redis (v9.23: redis.go processWithRetry, error.go
+// shouldRetry, osscluster.go, ring.go) would otherwise re-send a command
+// after an error it deems retryable, up to Options.MaxRetries times
+// (default 3), and a ClusterClient would retry again on the same node and
+// then another, up to MaxRedirects times. Two such errors are ambiguous
+// for a script that writes: a connection closed after the command was sent
+// (io.EOF), and a socket read timeout (ReadTimeout). The store sends its
+// EVALSHA (and EVAL, when the server answers NOSCRIPT, which means the
+// script did not run) as a command whose NoRetry method returns true, and
+// every retry loop of go-redis gives up on such a command rather than
+// re-send it, unless the failure happened before it was written. MOVED and
+// ASK redirects, which say the script did not run, are followed. So the
+// client's MaxRetries does not matter to this store: keep the default for
+// the other commands your client sends. The TestNoReplay tests pin this
+// against a fake server that swallows or drops every script, for Client,
+// ClusterClient and Ring, with MaxRetries 0, 2 and -1.
 //
-//   - A client re-sends a command up to Options.MaxRetries times (default
-//     3) after an error it considers retryable. Two of those are ambiguous
-//     for a script that writes: a connection closed after the command was
-//     sent (io.EOF), and a socket read timeout (Options.ReadTimeout, default
-//     5 s). Each replay charges again.
-//   - Errors of the context (canceled, deadline exceeded) are never
-//     retried, and before every retry the client sleeps a backoff that ends
-//     early when the context is done, so a call ended by its context is not
-//     replayed.
-//   - The context's deadline bounds socket reads and writes only when
-//     Options.ContextTimeoutEnabled is true. Otherwise go-redis consults the
-//     context only while it waits for a pooled connection and between
-//     retries, and a call to an unresponsive Redis lasts ReadTimeout
-//     whatever its deadline (a 30 ms deadline with a 300 ms ReadTimeout
-//     returns after 300 ms).
-//   - A ClusterClient also retries such errors itself, up to MaxRedirects
-//     times (default 3), on the same node and then on another; the rules
-//     above apply to each attempt.
+// The caller's deadline (the rate-limit middleware puts one on every store
+// call, 50 ms by default) ends a call to a hung Redis only if the client
+// has Options.ContextTimeoutEnabled set: otherwise go-redis consults the
+// context only while it waits for a pooled connection, and a call to an
+// unresponsive Redis lasts the client's ReadTimeout (5 s by default)
+// whatever its deadline. New therefore refuses a client without
+// ContextTimeoutEnabled (and one whose options it cannot read, a
+// UniversalClient of another type) with an error wrapping ErrInvalidOption
+// that says what to set, unless AllowContextTimeoutDisabled acknowledges
+// the risk, for example behind store/resilient, whose guard stops waiting
+// at the deadline whatever the client does. Client settings, therefore:
 //
-// Client settings for this store, therefore:
+//   - ContextTimeoutEnabled: true (required);
+//   - ReadTimeout and WriteTimeout longer than the deadline (the defaults
+//     are), so that it is the caller's deadline that ends a slow call;
+//   - MaxRetries as you like (the store's scripts are never re-sent), and
+//     PoolSize above the number of concurrent store calls you expect, so
+//     that calls do not queue for a connection.
 //
-//   - ContextTimeoutEnabled: true, so that the deadline the caller (the
-//     rate-limit middleware) puts on each call also ends it;
-//   - ReadTimeout and WriteTimeout longer than that deadline (the 5 s
-//     default is), so that a slow reply is ended by the context, which is
-//     never replayed, rather than by the socket timeout, which is;
-//   - MaxRetries: -1 to never re-send a script after a dropped connection
-//     either. It also gives up retries that are safe (a pool timeout,
-//     LOADING, READONLY during a failover); a failed call then goes to the
-//     caller's failure mode. Keep the default if a rare double charge is
-//     better than a failed call.
+// A call that failed because its context ended returns an error wrapping
+// the context's error (context.DeadlineExceeded), also when the socket
+// deadline it set surfaced first as a network timeout.
 //
 // # Redis versions
 //

@@ -85,7 +85,7 @@ func newMini(t *testing.T, opts ...redisstore.Option) *env {
 	t.Helper()
 	m := miniredis.RunT(t)
 	m.SetTime(t0)
-	client := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 4})
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 4, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redisstore.New(client, opts...)
 	require.NoError(t, err)

@@ -186,11 +186,12 @@ local function is_fixed(p)
 end
 
 -- windowStart: the start of the window holding now; aligned to the epoch,
--- or for 'F' to the hit that opened it. A clock that moved backwards stays
--- in the stored window.
+-- or for 'F' to the hit that opened it, while it counts anything (an empty
+-- first-hit window is no window: the next hit opens one). A clock that
+-- moved backwards stays in the stored window.
 local function window_start(st, now, p)
   if p.algo == 'F' then
-    if st[2] ~= 0 and now < st[2] + p.period then
+    if st[2] ~= 0 and st[1] > 0 and now < st[2] + p.period then
       return st[2]
     end
     return now

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -50,9 +51,26 @@ const maxLuaCost = int64(1) << 53
 type Option func(*config) error
 
 type config struct {
-	prefix string
-	now    func() time.Time
-	secret []byte
+	prefix        string
+	now           func() time.Time
+	secret        []byte
+	ignoreCtxTime bool // AllowContextTimeoutDisabled
+}
+
+// AllowContextTimeoutDisabled lets New accept a client whose
+// ContextTimeoutEnabled option is false, or a client whose options New
+// cannot read (a UniversalClient other than *redis.Client,
+// *redis.ClusterClient and *redis.Ring). Such a client ignores the
+// caller's deadline once a command is on the wire: a call to a Redis that
+// hangs lasts the client's ReadTimeout (5 s by default), whatever the
+// deadline the rate limiter set. Use it only behind a deadline of your own
+// that does not wait for the call (store/resilient's guard is one), or
+// when a ReadTimeout shorter than that deadline bounds every call.
+func AllowContextTimeoutDisabled() Option {
+	return func(c *config) error {
+		c.ignoreCtxTime = true
+		return nil
+	}
 }
 
 // WithPrefix sets the prefix of every Redis key the store writes (default
@@ -122,10 +140,13 @@ type Store struct {
 var _ ratelimit.Store = (*Store)(nil)
 
 // New returns a Store on client, which may be a *redis.Client, a Sentinel
-// failover client, a *redis.ClusterClient or a *redis.Ring. The client's
-// retry and timeout settings matter; see the package documentation. New
-// does not contact Redis. It returns an error wrapping ErrInvalidOption for
-// a nil client or an invalid option.
+// failover client, a *redis.ClusterClient or a *redis.Ring. The client must
+// have ContextTimeoutEnabled set, so that the caller's deadline ends a call
+// to a hung Redis, unless AllowContextTimeoutDisabled is given; its
+// MaxRetries does not matter to the store, whose scripts go-redis never
+// re-sends (see the package documentation). New does not contact Redis. It
+// returns an error wrapping ErrInvalidOption for a nil client, a client
+// without ContextTimeoutEnabled, or an invalid option.
 func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
@@ -139,6 +160,11 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
+	if !c.ignoreCtxTime {
+		if err := checkClient(client); err != nil {
+			return nil, err
+		}
+	}
 	s := &Store{client: client, prefix: c.prefix, now: c.now}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
@@ -149,6 +175,29 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// checkClient returns an error wrapping ErrInvalidOption unless client
+// lets the context's deadline end a command (ContextTimeoutEnabled).
+func checkClient(client redis.UniversalClient) error {
+	var enabled bool
+	switch c := client.(type) {
+	case interface{ Options() *redis.Options }: // Client, Sentinel failover client
+		enabled = c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.ClusterOptions }:
+		enabled = c.Options().ContextTimeoutEnabled
+	case interface{ Options() *redis.RingOptions }:
+		enabled = c.Options().ContextTimeoutEnabled
+	default:
+		return fmt.Errorf("%w: cannot read the options of a %T to check that it honours deadlines; "+
+			"pass AllowContextTimeoutDisabled() if it does, or if something else bounds every call", ErrInvalidOption, client)
+	}
+	if !enabled {
+		return fmt.Errorf("%w: the Redis client has ContextTimeoutEnabled false, so a hung Redis would hold every "+
+			"rate-limit decision for the client's ReadTimeout instead of the caller's deadline; set "+
+			"ContextTimeoutEnabled: true in its options (or pass AllowContextTimeoutDisabled())", ErrInvalidOption)
+	}
+	return nil
+}
+
 // Take implements ratelimit.Store.Take in one Redis round trip: a Lua script
 // decides every request, for every ratelimit.Algorithm, against the state
 // it reads, and writes the charged states only when every request is
@@ -157,8 +206,8 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 // client all requests of one call must share one caller Key, which puts
 // their Redis keys in one slot; otherwise Take returns an error wrapping
 // ratelimit.ErrInvalidRequest without contacting Redis. Errors from Redis
-// are wrapped ("redisstore: take: ..."); after a timeout the script may or
-// may not have run.
+// are wrapped ("redisstore: take: ..."); after a timeout or a dropped
+// connection the script may or may not have run, and it is not re-sent.
 func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	if err := ratelimit.CheckRequests(reqs, out, true); err != nil {
 		return err
@@ -294,9 +343,9 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 			r.Limit.Period().Microseconds(), cost, max(r.At, 0))
 	}
 
-	vals, err := script.Run(ctx, s.client, keys, args...).Int64Slice()
+	vals, err := s.eval(ctx, keys, args)
 	if err != nil {
-		return err
+		return withContextErr(ctx, err)
 	}
 	if len(vals) != 1+5*len(reqs) {
 		return fmt.Errorf("script returned %d integers for %d requests, want %d", len(vals), len(reqs), 1+5*len(reqs))
@@ -320,6 +369,63 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 		out[i] = d
 	}
 	return nil
+}
+
+// onceCmd is a script command that go-redis must never send twice. go-redis
+// re-sends a command after an error it deems retryable (a dropped
+// connection, a socket timeout) up to Options.MaxRetries times, and a
+// ClusterClient again on another node; for a script that writes, the first
+// attempt may have run, so a replay could charge twice. Every retry loop of
+// go-redis v9 (Client, ClusterClient, Ring, pipelines) consults
+// Cmder.NoRetry and gives up instead, except for a failure it knows
+// happened before the command was written (which is then its first send).
+// MOVED and ASK redirects, which say the script did not run, are still
+// followed. The TestNoReplay tests pin this.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry tells go-redis not to re-send the command.
+func (onceCmd) NoRetry() bool { return true }
+
+// eval runs the script once: EVALSHA, then EVAL when the server does not
+// have the script cached (NOSCRIPT means it did not run, so sending EVAL
+// is no replay), each sent at most once.
+func (s *Store) eval(ctx context.Context, keys []string, args []any) ([]int64, error) {
+	run := func(name, payload string) *redis.Cmd {
+		cmdArgs := make([]any, 0, 3+len(keys)+len(args))
+		cmdArgs = append(cmdArgs, name, payload, len(keys))
+		for _, k := range keys {
+			cmdArgs = append(cmdArgs, k)
+		}
+		cmdArgs = append(cmdArgs, args...)
+		cmd := redis.NewCmd(ctx, cmdArgs...)
+		cmd.SetFirstKeyPos(3) // routes the call to the keys' slot or shard
+		_ = s.client.Process(ctx, onceCmd{cmd})
+		return cmd
+	}
+	cmd := run("evalsha", script.Hash())
+	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		cmd = run("eval", luaSource)
+	}
+	return cmd.Int64Slice()
+}
+
+// withContextErr makes err, the error of a call made with ctx, wrap the
+// context's error when the context ended or its deadline passed. With
+// ContextTimeoutEnabled the socket deadline is the context's, and the read
+// may time out (a net.Error) a moment before the context itself reports
+// DeadlineExceeded: callers should see the deadline either way.
+func withContextErr(ctx context.Context, err error) error {
+	cerr := ctx.Err()
+	if cerr == nil {
+		var ne net.Error
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.As(err, &ne) && ne.Timeout() {
+			cerr = context.DeadlineExceeded
+		}
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
 }
 
 // algoCode names l's algorithm for the script, or "" if the script does not

@@ -124,59 +124,118 @@ func readCommand(r *bufio.Reader) ([]string, error) {
 	return args, nil
 }
 
-func takeOnce(t *testing.T, opt *redis.Options, ctx context.Context) error {
+func takeOnce(t *testing.T, opt *redis.Options, ctx context.Context, opts ...redisstore.Option) error {
 	t.Helper()
 	client := redis.NewClient(opt)
 	defer client.Close()
-	s, err := redisstore.New(client)
+	return takeWith(t, client, ctx, opts...)
+}
+
+func takeWith(t *testing.T, client redis.UniversalClient, ctx context.Context, opts ...redisstore.Option) error {
+	t.Helper()
+	s, err := redisstore.New(client, opts...)
 	require.NoError(t, err)
 	l := limitOf(t, ratelimit.PerMinute(60))
 	out := make([]ratelimit.Decision, 1)
 	return s.Take(ctx, []ratelimit.Request{req("k", l, 1)}, out)
 }
 
-// TestGoRedisReplaysAfterConnectionLoss: a connection closed after the
-// script was sent is retried MaxRetries times (default 3); MaxRetries -1
-// sends the script once.
-func TestGoRedisReplaysAfterConnectionLoss(t *testing.T) {
+// rawEval sends the store's script the way redis.Script.Run does, without
+// the store's protection, to pin the go-redis behaviour it guards against.
+func rawEval(t *testing.T, client redis.UniversalClient) error {
+	t.Helper()
+	return redis.NewScript(scriptSource(t)).Run(t.Context(), client, []string{"k"}, "t", "").Err()
+}
+
+// TestGoRedisReplaysScripts pins why the store needs its guard: go-redis
+// itself re-sends a script after the connection closed once it was sent,
+// MaxRetries times (default 3, so 4 sends), and MaxRetries -1 sends it once.
+func TestGoRedisReplaysScripts(t *testing.T) {
 	for _, tc := range []struct {
 		maxRetries int
 		want       int32
 	}{{0, 4}, {2, 3}, {-1, 1}} {
 		b := newBlackHole(t, true)
-		err := takeOnce(t, &redis.Options{
+		client := redis.NewClient(&redis.Options{
 			Addr: b.ln.Addr().String(), MaxRetries: tc.maxRetries, MinRetryBackoff: time.Millisecond, Protocol: 2,
+		})
+		require.Error(t, rawEval(t, client))
+		_ = client.Close()
+		require.Equal(t, tc.want, b.evals.Load(), "EVALSHAs sent by redis.Script.Run with MaxRetries %d", tc.maxRetries)
+	}
+}
+
+// TestNoReplayAfterConnectionLoss: the store's script is sent once when the
+// connection closes after it was sent, whatever MaxRetries says.
+func TestNoReplayAfterConnectionLoss(t *testing.T) {
+	for _, maxRetries := range []int{0, 2, -1} {
+		b := newBlackHole(t, true)
+		err := takeOnce(t, &redis.Options{
+			Addr: b.ln.Addr().String(), MaxRetries: maxRetries, MinRetryBackoff: time.Millisecond, Protocol: 2,
+			ContextTimeoutEnabled: true,
 		}, t.Context())
 		require.ErrorContains(t, err, "redisstore: take: ")
-		require.Equal(t, tc.want, b.evals.Load(), "EVALSHAs sent with MaxRetries %d", tc.maxRetries)
+		require.Equal(t, int32(1), b.evals.Load(), "EVALSHAs sent with MaxRetries %d", maxRetries)
 	}
 }
 
-// TestGoRedisReplaysAfterReadTimeout: a socket ReadTimeout (shorter than the
-// context's deadline) is retried, sending the script again; MaxRetries -1
-// sends it once.
-func TestGoRedisReplaysAfterReadTimeout(t *testing.T) {
-	for _, tc := range []struct {
-		maxRetries int
-		want       int32
-	}{{2, 3}, {-1, 1}} {
-		b := newBlackHole(t, false)
-		err := takeOnce(t, &redis.Options{
-			Addr: b.ln.Addr().String(), MaxRetries: tc.maxRetries, MinRetryBackoff: time.Millisecond,
-			ReadTimeout: 20 * time.Millisecond, Protocol: 2,
-		}, t.Context())
-		var ne net.Error
-		require.True(t, errors.As(err, &ne) && ne.Timeout(), "want a network timeout, got %v", err)
-		require.Equal(t, tc.want, b.evals.Load(), "EVALSHAs sent with MaxRetries %d", tc.maxRetries)
+// TestNoReplayAfterReadTimeout: a socket ReadTimeout shorter than the
+// context's deadline ends the call with a network timeout, and the script
+// is not sent again, whatever MaxRetries says (with or without
+// ContextTimeoutEnabled).
+func TestNoReplayAfterReadTimeout(t *testing.T) {
+	for _, maxRetries := range []int{0, 2, -1} {
+		for _, ctxTimeout := range []bool{false, true} {
+			b := newBlackHole(t, false)
+			err := takeOnce(t, &redis.Options{
+				Addr: b.ln.Addr().String(), MaxRetries: maxRetries, MinRetryBackoff: time.Millisecond,
+				ReadTimeout: 20 * time.Millisecond, Protocol: 2, ContextTimeoutEnabled: ctxTimeout,
+			}, t.Context(), redisstore.AllowContextTimeoutDisabled())
+			var ne net.Error
+			require.True(t, errors.As(err, &ne) && ne.Timeout(), "want a network timeout, got %v", err)
+			require.Equal(t, int32(1), b.evals.Load(), "EVALSHAs sent with MaxRetries %d", maxRetries)
+		}
 	}
 }
 
-// TestGoRedisContextDeadlineNotReplayed: with ContextTimeoutEnabled the
-// context's deadline becomes the socket deadline; when it expires the
-// retry loop's backoff sleep sees the done context and gives up, so even
-// the default MaxRetries sends the script once, and the error is the
-// context's.
-func TestGoRedisContextDeadlineNotReplayed(t *testing.T) {
+// TestNoReplayOnClusterAndRing: a ClusterClient (which retries on the same
+// node, then on another, up to MaxRedirects times) and a Ring send the
+// store's script once too; the raw script is re-sent by both.
+func TestNoReplayOnClusterAndRing(t *testing.T) {
+	cluster := func(addr string) redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+				return []redis.ClusterSlot{{Start: 0, End: 16383, Nodes: []redis.ClusterNode{{Addr: addr}}}}, nil
+			},
+			MaxRetries: 3, MinRetryBackoff: time.Millisecond, Protocol: 2, ContextTimeoutEnabled: true,
+		})
+	}
+	ring := func(addr string) redis.UniversalClient {
+		return redis.NewRing(&redis.RingOptions{
+			Addrs:      map[string]string{"a": addr},
+			MaxRetries: 3, MinRetryBackoff: time.Millisecond, Protocol: 2, ContextTimeoutEnabled: true,
+		})
+	}
+	for name, newClient := range map[string]func(string) redis.UniversalClient{"cluster": cluster, "ring": ring} {
+		t.Run(name, func(t *testing.T) {
+			b := newBlackHole(t, true)
+			client := newClient(b.ln.Addr().String())
+			defer client.Close()
+			require.Error(t, rawEval(t, client))
+			raw := b.evals.Load()
+			require.Greater(t, raw, int32(1), "the raw script should be replayed")
+
+			b.evals.Store(0)
+			require.ErrorContains(t, takeWith(t, client, t.Context()), "redisstore: take: ")
+			require.Equal(t, int32(1), b.evals.Load())
+		})
+	}
+}
+
+// TestContextDeadlineNotReplayed: with ContextTimeoutEnabled the context's
+// deadline becomes the socket deadline and ends the call with the
+// context's error; the script is sent once.
+func TestContextDeadlineNotReplayed(t *testing.T) {
 	b := newBlackHole(t, false)
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
@@ -186,4 +245,43 @@ func TestGoRedisContextDeadlineNotReplayed(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "redisstore: take: ")
 	require.Equal(t, int32(1), b.evals.Load())
+}
+
+// wrapped is a UniversalClient whose options New cannot read.
+type wrapped struct{ redis.UniversalClient }
+
+// TestNewRequiresContextTimeout: a client that would let a hung Redis
+// outlast the caller's deadline is refused, with a message that says what
+// to set, unless AllowContextTimeoutDisabled acknowledges it.
+func TestNewRequiresContextTimeout(t *testing.T) {
+	const addr = "127.0.0.1:1"
+	for name, tc := range map[string]struct {
+		client redis.UniversalClient
+		ok     bool
+	}{
+		"client":          {redis.NewClient(&redis.Options{Addr: addr}), false},
+		"client enabled":  {redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true}), true},
+		"cluster":         {redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}}), false},
+		"cluster enabled": {redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}), true},
+		"ring":            {redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}}), false},
+		"ring enabled":    {redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": addr}, ContextTimeoutEnabled: true}), true},
+		"sentinel":        {redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr}}), false},
+		"sentinel enabled": {redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{addr},
+			ContextTimeoutEnabled: true}), true},
+		"universal enabled": {redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{addr}, ContextTimeoutEnabled: true}), true},
+		"unknown type":      {wrapped{redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer tc.client.Close()
+			_, err := redisstore.New(tc.client)
+			if tc.ok {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, redisstore.ErrInvalidOption)
+				require.ErrorContains(t, err, "AllowContextTimeoutDisabled")
+			}
+			_, err = redisstore.New(tc.client, redisstore.AllowContextTimeoutDisabled())
+			require.NoError(t, err)
+		})
+	}
 }

@@ -44,7 +44,7 @@ func TestOneRoundTrip(t *testing.T) {
 			} else {
 				addr = redistest.Addr(t)
 			}
-			client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1})
+			client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 1, ContextTimeoutEnabled: true})
 			defer client.Close()
 			prefix := redistest.Prefix(t)
 			defer deletePrefix(t, client, prefix)
@@ -264,7 +264,7 @@ func TestRawKeyNeverInRedis(t *testing.T) {
 // TestKeyFormat pins the key layout: prefix + "{" + the first 22 base64url
 // characters of HMAC-SHA256(secret, key) + "}:" + Limit.ID().
 func TestKeyFormat(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer client.Close()
 	l := limitOf(t, ratelimit.PerMinute(60).Named("requests"))
 	secret := []byte("0123456789abcdef0123456789abcdef")
@@ -300,7 +300,7 @@ func TestKeyFormat(t *testing.T) {
 // TestOptions checks that New rejects every invalid option with
 // ErrInvalidOption.
 func TestOptions(t *testing.T) {
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer client.Close()
 	for name, opts := range map[string][]redisstore.Option{
 		"empty prefix":      {redisstore.WithPrefix("")},
@@ -332,7 +332,7 @@ func TestOptions(t *testing.T) {
 // done context and empty calls never reach Redis.
 func TestInvalidRequestsSendNothing(t *testing.T) {
 	m := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	client := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
 	defer client.Close()
 	hook := &countHook{}
 	client.AddHook(hook)
@@ -369,9 +369,9 @@ func TestInvalidRequestsSendNothing(t *testing.T) {
 // may stack limits of one caller key only, and a violation is reported
 // without contacting any node (the client points at nothing).
 func TestCrossSlotRefused(t *testing.T) {
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRedirects: -1})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, MaxRedirects: -1, ContextTimeoutEnabled: true})
 	defer cluster.Close()
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}})
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1", "b": "127.0.0.1:2"}, ContextTimeoutEnabled: true})
 	defer ring.Close()
 	ls := stack(t, 2)
 	for name, client := range map[string]redis.UniversalClient{"cluster": cluster, "ring": ring} {
@@ -442,7 +442,7 @@ func TestStoreErrors(t *testing.T) {
 	require.ErrorContains(t, err, "redisstore: adjust: ")
 	require.ErrorContains(t, err, "WRONGTYPE")
 
-	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
 	defer down.Close()
 	s, err := redisstore.New(down)
 	require.NoError(t, err)

@@ -24,7 +24,7 @@ type Harness struct {
 // each subtest. Subtests run one after another; a store's own tests may run
 // Run in parallel with other tests.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	for _, sc := range scenarios {
+	for _, sc := range append(scenarios[:len(scenarios):len(scenarios)], algorithmScenarios...) {
 		t.Run(sc.name, func(t *testing.T) {
 			h := newHarness(t)
 			require.NotNil(t, h.Store, "Harness.Store")
@@ -85,9 +85,16 @@ func (e *env) peek(key string, l *ratelimit.Limit) ratelimit.Decision {
 	return e.take1(key, l, 0)
 }
 
-// ok is the Decision of an allowed request.
+// ok is the Decision of an allowed request. (check fills in At, the
+// store's clock.)
 func ok(l *ratelimit.Limit, remaining int64, reset time.Duration) ratelimit.Decision {
 	return ratelimit.Decision{Limit: l, Allowed: true, Remaining: remaining, Reset: reset}
+}
+
+// queued is the Decision of a request a LeakyBucket admits into its queue:
+// the caller must wait delay before acting on it.
+func queued(l *ratelimit.Limit, remaining int64, reset, delay time.Duration) ratelimit.Decision {
+	return ratelimit.Decision{Limit: l, Allowed: true, Remaining: remaining, Reset: reset, Delay: delay}
 }
 
 // refused is the Decision of a refused request.
@@ -96,12 +103,15 @@ func refused(l *ratelimit.Limit, remaining int64, reset, retryAfter time.Duratio
 }
 
 // decisionView is a Decision with its Limit named, for readable diffs.
+// It has every field of a Decision.
 type decisionView struct {
 	Limit      string
 	Allowed    bool
 	Remaining  int64
 	Reset      time.Duration
 	RetryAfter time.Duration
+	Delay      time.Duration
+	At         int64
 }
 
 func view(d ratelimit.Decision) decisionView {
@@ -109,13 +119,19 @@ func view(d ratelimit.Decision) decisionView {
 	if d.Limit != nil {
 		name = d.Limit.ID()
 	}
-	return decisionView{name, d.Allowed, d.Remaining, d.Reset, d.RetryAfter}
+	return decisionView{name, d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At}
 }
 
-// check asserts that got equals want field by field and that got.Limit is
-// the very pointer of want.Limit (the request's).
+// micros is the scenario's current time in µs since the Unix epoch: the
+// At of every decision made now.
+func (e *env) micros() int64 { return ratelimit.Micros(e.now) }
+
+// check asserts that got equals want field by field, with want.At set to
+// the store's clock (every decision is made at the time SetTime last set),
+// and that got.Limit is the very pointer of want.Limit (the request's).
 func (e *env) check(want, got ratelimit.Decision, msgAndArgs ...any) bool {
 	e.t.Helper()
+	want.At = e.micros()
 	return checkDecision(e.t, want, got, msgAndArgs...)
 }
 

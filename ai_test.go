@@ -1,0 +1,392 @@
+package ratelimit_test
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// tpm is a tokens-per-minute limit of 1000 tokens: one token refills every
+// 60ms.
+func tpm() ratelimit.Limit { return ratelimit.PerMinute(1000).Named("tokens").CostFrom(estimateTokens) }
+
+func TestReserveClamp(t *testing.T) {
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(tpm()), ratelimit.WithReserveClamp(0.5))
+
+	// Request 1 estimates 800 but reserves min(800, 0.5 × 1000) = 500.
+	// While it runs, request 2 (300) still fits the 500 left: one large
+	// max_tokens does not lock the key out. Without the clamp it would
+	// find 200 left and wait 100 × 60ms = 6s.
+	var inner *httptestResult
+	var reserved int64
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reserved, _ = ratelimit.Reserved(r.Context(), "tokens")
+		inner = record(lim.Handler(reporting(t, 300, nil)), request("POST", "/", "k", 300))
+		require.NoError(t, ratelimit.ReportUsage(r.Context(), "tokens", 800))
+	}))
+	w := serve(h, request("POST", "/", "k", 800))
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, int64(500), reserved)
+	assert.Equal(t, `"tokens";r=500;t=30`, w.Header().Get("RateLimit")) // 500 × 60ms
+	assert.Equal(t, http.StatusOK, inner.code)
+	assert.Equal(t, `"tokens";r=200;t=48`, inner.rateLimit) // 800 × 60ms
+
+	// Both settled: +300 for request 1 (800 used, 500 reserved), 0 for
+	// request 2. 1,100 used of 1,000: 100 of debt, the overage of the
+	// clamped request. A 1-token request waits for 101 tokens: 6.06s → 7.
+	assert.Equal(t, int64(300), singleAdjust(t, store).Cost)
+	w = serve(lim.Handler(okHandler), request("POST", "/", "k", 1))
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "7", w.Header().Get("Retry-After"))
+	assert.Equal(t, `"tokens";r=0;t=66`, w.Header().Get("RateLimit")) // 1,100 × 60ms
+
+	// An estimate above the burst is not clamped: it can never fit.
+	w = serve(lim.Handler(okHandler), request("POST", "/", "other", 1001))
+	assert.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
+
+	// 1/3 of 1,000 is 333 (rounded down).
+	lim, _, _ = newLimiter(t, ratelimit.WithLimits(tpm()), ratelimit.WithReserveClamp(1.0/3))
+	w = serve(lim.Handler(okHandler), request("POST", "/", "k", 400))
+	assert.Equal(t, `"tokens";r=667;t=20`, w.Header().Get("RateLimit")) // 333 × 60ms = 19.98s
+
+	for _, f := range []float64{0, -0.5, 1.5, math.NaN(), math.Inf(1)} {
+		_, err := ratelimit.New(newStore(t, time.Now), ratelimit.WithLimits(tpm()), ratelimit.WithReserveClamp(f))
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig, "%v", f)
+	}
+}
+
+// httptestResult is what record keeps of a response.
+type httptestResult struct {
+	code      int
+	rateLimit string
+}
+
+func record(h http.Handler, r *http.Request) *httptestResult {
+	w := serve(h, r)
+	return &httptestResult{code: w.Code, rateLimit: w.Header().Get("RateLimit")}
+}
+
+func TestFailedCallReleasesTheReservation(t *testing.T) {
+	type outcome struct {
+		adjust   []int64 // per Adjust call, the tokens delta (none: nil)
+		tokens   int64   // tokens left afterwards
+		released uint64
+	}
+	abort := func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("data: partial\n\n")) // 200 is on the wire
+		panic(http.ErrAbortHandler)
+	}
+	tests := []struct {
+		name    string
+		charge  bool // WithChargeOnServerError
+		usage   int64
+		handler func(w http.ResponseWriter, r *http.Request)
+		want    outcome
+	}{
+		// 1,000 reserved; the model failed and reported nothing: the
+		// estimate is refunded; the request itself still counts.
+		{"502 without report", false, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) },
+			outcome{[]int64{-1000}, 100_000, 1}},
+		{"500 with report", false, 300, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) },
+			outcome{[]int64{-700}, 99_700, 0}},
+		{"502 with WithChargeOnServerError", true, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) },
+			outcome{nil, 99_000, 0}},
+		{"panic before answering", false, -1, func(http.ResponseWriter, *http.Request) { panic("boom") },
+			outcome{[]int64{-1000}, 100_000, 1}},
+		{"abort mid-stream", false, -1, abort, outcome{nil, 99_000, 0}},
+		{"404", false, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) },
+			outcome{nil, 99_000, 0}},
+		{"no status written", false, -1, func(http.ResponseWriter, *http.Request) {}, outcome{nil, 99_000, 0}},
+		{"early hints then 503", false, -1, func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}, outcome{[]int64{-1000}, 100_000, 1}},
+	}
+	onEachStore(t, func(t *testing.T, f storeFactory) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				opts := []ratelimit.Option{aiLimits()}
+				if tt.charge {
+					opts = append(opts, ratelimit.WithChargeOnServerError())
+				}
+				lim, store, _ := newLimiterOn(t, f, opts...)
+				func() {
+					defer func() { _ = recover() }()
+					serve(lim.Handler(reporting(t, tt.usage, tt.handler)), request("POST", "/", "k", 1000))
+				}()
+				var got outcome
+				for _, a := range store.Adjusts() {
+					require.Len(t, a.Reqs, 1, "only tokens is settled")
+					assert.Equal(t, "tokens", a.Reqs[0].Limit.Name())
+					got.adjust = append(got.adjust, a.Reqs[0].Cost)
+				}
+				rem := peek(t, store.Store, "k", lim.Limits()...)
+				assert.Equal(t, int64(59), rem[0], "the request counts either way")
+				got.tokens = rem[1]
+				got.released = lim.Stats().Released
+				assert.Equal(t, tt.want, got)
+			})
+		}
+	})
+}
+
+// barrier holds admitted handlers until n requests have been decided, so
+// that every decision of a wave is made while all its admitted requests
+// are in flight: the worst case for over-admission.
+type barrier struct {
+	n       int64
+	decided atomic.Int64
+	all     chan struct{}
+}
+
+func newBarrier(n int64) *barrier { return &barrier{n: n, all: make(chan struct{})} }
+
+func (b *barrier) hooks() ratelimit.Hooks {
+	count := func() {
+		if b.decided.Add(1) == b.n {
+			close(b.all)
+		}
+	}
+	// A request let through without a decision (the store failed) counts
+	// too, so that a failure fails the test instead of hanging it.
+	return ratelimit.Hooks{
+		OnDecision: func(context.Context, ratelimit.Result) { count() },
+		OnBypass:   func(context.Context, error) { count() },
+	}
+}
+
+// wave sends n concurrent requests of estimate est for key; each admitted
+// one waits for the barrier, then reports usage (none when usage < 0). It
+// returns the status counts.
+func wave(t *testing.T, lim *ratelimit.Limiter, b *barrier, n int, key string, est, usage int64) map[int]int {
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-b.all
+		if usage >= 0 {
+			assert.NoError(t, ratelimit.ReportUsage(r.Context(), "tokens", usage))
+		}
+	}))
+	var mu sync.Mutex
+	codes := map[int]int{}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			w := serve(h, request("POST", "/", key, est))
+			mu.Lock()
+			codes[w.Code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return codes
+}
+
+// TestConcurrentRequestsNeverOvershoot checks the over-admission bound of
+// reserve-then-settle: the reservations of in-flight requests are charged
+// atomically at admission, so with usage ≤ estimate the limit is never
+// exceeded, and beyond it only by the overage (usage − reservation) of the
+// requests in flight. Charging only after the response, as several
+// gateways do, admits every concurrent request.
+func TestConcurrentRequestsNeverOvershoot(t *testing.T) {
+	onEachStore(t, func(t *testing.T, f storeFactory) {
+		t.Run("usage below estimate", func(t *testing.T) {
+			// 50 concurrent requests estimating 100 tokens each on 1,000
+			// tokens per minute, the clock frozen: exactly 10 reservations
+			// fit, whatever the interleaving. Each uses 40: 400 charged.
+			b := newBarrier(50)
+			lim, store, _ := newLimiterOn(t, f, ratelimit.WithLimits(tpm()), ratelimit.WithHooks(b.hooks()))
+			assert.Equal(t, map[int]int{200: 10, 429: 40}, wave(t, lim, b, 50, "k", 100, 40))
+			assert.Equal(t, []int64{600}, peek(t, store.Store, "k", tpm()))
+			assert.Equal(t, ratelimit.Stats{Allowed: 10, Limited: 40, Settled: 10}, lim.Stats())
+		})
+		t.Run("usage above estimate", func(t *testing.T) {
+			// The same, each using 150: 10 × 150 = 1,500 = the limit
+			// plus the in-flight overage 10 × (150 − 100) = 500. The key
+			// is 500 tokens in debt: a 1-token request waits for 501
+			// tokens, 30.06s → 31; the bucket is full again after 1,500 ×
+			// 60ms = 90s.
+			b := newBarrier(50)
+			lim, _, _ := newLimiterOn(t, f, ratelimit.WithLimits(tpm()), ratelimit.WithHooks(b.hooks()))
+			assert.Equal(t, map[int]int{200: 10, 429: 40}, wave(t, lim, b, 50, "k", 100, 150))
+			w := serve(lim.Handler(okHandler), request("POST", "/", "k", 1))
+			require.Equal(t, http.StatusTooManyRequests, w.Code)
+			assert.Equal(t, "31", w.Header().Get("Retry-After"))
+			assert.Equal(t, `"tokens";r=0;t=90`, w.Header().Get("RateLimit"))
+		})
+		t.Run("charging after the response overshoots", func(t *testing.T) {
+			// Estimate 0, usage 100: every request is admitted, 5,000
+			// tokens against a limit of 1,000 (the LiteLLM #18730 bug).
+			b := newBarrier(50)
+			lim, _, _ := newLimiterOn(t, f, ratelimit.WithLimits(tpm()), ratelimit.WithHooks(b.hooks()))
+			assert.Equal(t, map[int]int{200: 50}, wave(t, lim, b, 50, "k", 0, 100))
+			w := serve(lim.Handler(okHandler), request("POST", "/", "k", 0))
+			assert.Equal(t, `"tokens";r=0;t=300`, w.Header().Get("RateLimit")) // 5,000 × 60ms
+		})
+	})
+}
+
+func TestQuotaExhaustedStatus(t *testing.T) {
+	limits := ratelimit.WithLimits(
+		ratelimit.PerMinute(2).Named("requests"),
+		ratelimit.PerDay(1000).Named("tokens").CostFrom(estimateTokens))
+	quota := ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden)
+
+	lim, _, _ := newLimiter(t, limits, quota)
+	h := lim.Handler(okHandler)
+	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 1000)).Code)
+
+	// The daily quota is spent: 403, not 429, with the exact wait: 10
+	// tokens × 86.4s = 864s.
+	w := serve(h, request("POST", "/", "k", 10))
+	require.Equal(t, http.StatusForbidden, w.Code)
+	assert.Equal(t, "864", w.Header().Get("Retry-After"))
+	assert.Equal(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Forbidden","status":403,`+
+		`"detail":"quota exceeded: the \"tokens\" limit allows 1000 tokens per day and this request needs 10 (0 left); retry after 864 seconds",`+
+		`"violated-policies":["tokens"],"retry-after-seconds":864}`+"\n", w.Body.String())
+
+	// The per-minute rate is a 429 as usual: 1 request left, then none;
+	// one refills every 30s.
+	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 0)).Code)
+	w = serve(h, request("POST", "/", "k", 0))
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "30", w.Header().Get("Retry-After"))
+	assert.Equal(t, ratelimit.Stats{Allowed: 2, Limited: 2}, lim.Stats())
+
+	// In the OpenAI shape: insufficient_quota.
+	lim, _, _ = newLimiter(t, limits, quota, ratelimit.WithOpenAIErrors())
+	h = lim.Handler(okHandler)
+	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 1000)).Code)
+	w = serve(h, request("POST", "/", "k", 10))
+	require.Equal(t, http.StatusForbidden, w.Code)
+	assert.Equal(t, `{"error":{"message":"You exceeded your quota for \"tokens\" on tokens per day (TPD): Limit 1000, Used 1000, Requested 10. `+
+		`Please try again in 14m24s.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`+"\n", w.Body.String())
+
+	for _, bad := range []ratelimit.Option{
+		ratelimit.WithQuotaExhaustedStatus(0, http.StatusForbidden),
+		ratelimit.WithQuotaExhaustedStatus(time.Hour, http.StatusInternalServerError),
+	} {
+		_, err := ratelimit.New(newStore(t, time.Now), limits, bad)
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	}
+}
+
+func TestOpenAIErrors(t *testing.T) {
+	lim, _, _ := newLimiter(t, aiLimits(), ratelimit.WithOpenAIErrors())
+	h := lim.Handler(okHandler)
+
+	w := serve(h, request("POST", "/", "k", 150_000))
+	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
+	assert.Empty(t, w.Header().Values("Retry-After"))
+	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
+	assert.Equal(t, `{"error":{"message":"Request too large for \"tokens\" on tokens per day (TPD): Limit 100000, Requested 150000. `+
+		`The input or output tokens must be reduced in order to run successfully.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
+
+	// 99,990 then 20: 10 missing × 0.864s = 8.64s → 9s.
+	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 99_990)).Code)
+	w = serve(h, request("POST", "/", "k", 20))
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "9", w.Header().Get("Retry-After"))
+	assert.Equal(t, `{"error":{"message":"Rate limit reached for \"tokens\" on tokens per day (TPD): Limit 100000, Used 99990, Requested 20. `+
+		`Please try again in 9s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
+
+	w = serve(h, request("POST", "/", "", 1))
+	require.Equal(t, http.StatusUnauthorized, w.Code)
+	assert.Equal(t, "Bearer", w.Header().Get("WWW-Authenticate"))
+	assert.Equal(t, `{"error":{"message":"ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"",`+
+		`"type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`+"\n", w.Body.String())
+
+	r := request("POST", "/", "k", -1)
+	r.Header.Set(tokensHeader, "x")
+	w = serve(h, r)
+	require.Equal(t, http.StatusBadRequest, w.Code)
+	assert.Equal(t, `{"error":{"message":"bad token estimate","type":"invalid_request_error","param":null,"code":null}}`+"\n", w.Body.String())
+
+	closed, err := ratelimit.New(failingStore{}, aiLimits(), ratelimit.WithOpenAIErrors(), ratelimit.WithFailureMode(ratelimit.FailClosed))
+	require.NoError(t, err)
+	w = serve(closed.Handler(okHandler), request("POST", "/", "k", 1))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	assert.Equal(t, `{"error":{"message":"The rate limiter cannot decide right now; please try again in 1s.","type":"server_error","param":null,"code":null}}`+"\n",
+		w.Body.String())
+}
+
+func TestProviderHeaders(t *testing.T) {
+	lim, _, _ := newLimiter(t, ratelimit.WithLimits(
+		ratelimit.PerMinute(60).Named("requests"),
+		ratelimit.PerMinute(10_000).Named("tpm").CostFrom(estimateTokens),
+		ratelimit.PerDay(100_000).Named("tpd").CostFrom(estimateTokens),
+		ratelimit.PerMinute(1).Named("shadow-rpm").Shadow(),
+	), ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersOpenAI|ratelimit.HeadersAnthropic))
+	h := lim.Handler(okHandler)
+
+	// 1,000 tokens at epoch (03:04:05Z). Requests: 59 left, full again
+	// in 1s. Tokens: tpm has the fewest left (9,000; 1,000 × 6ms = 6s),
+	// tpd 99,000 (864s). The shadow limit is left out of the aggregated
+	// fields; X-RateLimit-* show the least fraction left (tpm, 90%).
+	w := serve(h, request("POST", "/", "k", 1000))
+	require.Equal(t, http.StatusOK, w.Code)
+	want := map[string]string{
+		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens", "shadow-rpm";q=1;w=60;rampmeter-shadow`,
+		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=6, "tpd";r=99000;t=864, "shadow-rpm";r=0;t=60`,
+
+		"X-RateLimit-Limit": "10000", "X-RateLimit-Remaining": "9000", "X-RateLimit-Reset": "6",
+
+		"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
+		"x-ratelimit-limit-tokens": "10000", "x-ratelimit-remaining-tokens": "9000", "x-ratelimit-reset-tokens": "6s",
+
+		"anthropic-ratelimit-requests-limit": "60", "anthropic-ratelimit-requests-remaining": "59",
+		"anthropic-ratelimit-requests-reset": "2026-01-02T03:04:06Z",
+		"anthropic-ratelimit-tokens-limit":   "10000", "anthropic-ratelimit-tokens-remaining": "9000",
+		"anthropic-ratelimit-tokens-reset": "2026-01-02T03:04:11Z",
+	}
+	for k, v := range want {
+		assert.Equal(t, v, w.Header().Get(k), k)
+		assert.Len(t, w.Header().Values(k), 1, k)
+	}
+
+	// Reset durations as OpenAI writes them, rounded up to milliseconds;
+	// Anthropic's timestamps rounded up to seconds.
+	l := ratelimit.PerMinute(40)
+	for _, tt := range []struct {
+		reset             time.Duration
+		openAI, anthropic string
+	}{
+		{0, "0s", "2026-01-02T03:04:05Z"},
+		{12 * time.Millisecond, "12ms", "2026-01-02T03:04:06Z"},
+		{863_999_999 * time.Nanosecond, "864ms", "2026-01-02T03:04:06Z"},
+		{1500 * time.Millisecond, "1.5s", "2026-01-02T03:04:07Z"},
+		{6 * time.Minute, "6m0s", "2026-01-02T03:10:05Z"},
+		{86_400 * time.Second, "24h0m0s", "2026-01-03T03:04:05Z"},
+	} {
+		h := http.Header{}
+		ratelimit.HeadersOpenAI.WriteHeaders(h, ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
+			{Limit: &l, Allowed: true, Remaining: 3, Reset: tt.reset, At: epoch.UnixMicro()}}})
+		ratelimit.HeadersAnthropic.WriteHeaders(h, ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
+			{Limit: &l, Allowed: true, Remaining: 3, Reset: tt.reset, At: epoch.UnixMicro()}}})
+		assert.Equal(t, tt.openAI, h.Get("x-ratelimit-reset-requests"), tt.reset.String())
+		assert.Equal(t, tt.anthropic, h.Get("anthropic-ratelimit-requests-reset"), tt.reset.String())
+		assert.Empty(t, h.Get("x-ratelimit-limit-tokens"), "no tokens limit, no tokens fields")
+	}
+}
+
+func TestRateNames(t *testing.T) {
+	// The OpenAI-shaped messages name rates as OpenAI does.
+	lim, _, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.Every(5, 10*time.Second).Named("burst")), ratelimit.WithOpenAIErrors())
+	h := lim.Handler(okHandler)
+	for range 5 {
+		require.Equal(t, http.StatusOK, serve(h, request("GET", "/", "k", -1)).Code)
+	}
+	w := serve(h, request("GET", "/", "k", -1))
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, `{"error":{"message":"Rate limit reached for \"burst\" on requests per 10 seconds: Limit 5, Used 5, Requested 1. `+
+		`Please try again in 2s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
+	assert.Equal(t, strconv.Itoa(2), w.Header().Get("Retry-After"))
+}

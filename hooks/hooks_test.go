@@ -1,0 +1,155 @@
+package hooks_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/hooks"
+	"github.com/rampmeter/ratelimit/store/memory"
+)
+
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// textLogger logs at level and above into buf, without timestamps, so
+// that tests can compare whole lines.
+func textLogger(buf *bytes.Buffer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}}))
+}
+
+type errStore struct{ err error }
+
+func (s errStore) Take(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	return s.err
+}
+func (s errStore) Adjust(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	return s.err
+}
+
+func TestSlog(t *testing.T) {
+	var buf bytes.Buffer
+	logger := textLogger(&buf, slog.LevelDebug)
+	mem, err := memory.New(memory.WithClock(func() time.Time { return epoch }))
+	require.NoError(t, err)
+	limits := ratelimit.WithLimits(ratelimit.PerMinute(2).Named("requests"), ratelimit.PerMinute(1).Named("strict").Shadow())
+	lim, err := ratelimit.New(mem, limits, ratelimit.WithHooks(hooks.Slog(logger)))
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// The clock stands still: the first Take is admitted silently; the
+	// second is admitted though strict (1 per minute) refuses: a shadow
+	// refusal; the third is refused by requests (2 per minute, 30 s per
+	// unit, so retry after 30 s) and strict.
+	for range 3 {
+		_, err := lim.Take(ctx, "sk-secret-key-0123456789")
+		require.NoError(t, err)
+	}
+	bad, err := ratelimit.New(errStore{context.DeadlineExceeded}, limits, ratelimit.WithHooks(hooks.Slog(logger)))
+	require.NoError(t, err)
+	_, err = bad.Take(ctx, "sk-secret-key-0123456789")
+	require.Error(t, err)
+
+	skip, err := ratelimit.New(mem, limits, ratelimit.WithHooks(hooks.Slog(logger)), ratelimit.WithSkipOnKeyError())
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	skip.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+
+	want := `level=DEBUG msg="ratelimit: request refused" policies=strict retry_after=0s shadow=true
+level=DEBUG msg="ratelimit: request refused" policies=requests,strict retry_after=30s shadow=false
+level=WARN msg="ratelimit: store call failed" kind=timeout error="ratelimit: store call timed out after 50ms: context deadline exceeded"
+level=WARN msg="ratelimit: request not limited" reason="ratelimit: store call timed out after 50ms: context deadline exceeded"
+level=WARN msg="ratelimit: request not limited" reason="ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""
+`
+	assert.Equal(t, want, buf.String())
+	assert.NotContains(t, buf.String(), "sk-secret")
+
+	// At Warn, refusals are not logged (a flood of 429s cannot fill the
+	// logs) and are not even formatted.
+	buf.Reset()
+	warnOnly, err := ratelimit.New(mem, limits, ratelimit.WithHooks(hooks.Slog(textLogger(&buf, slog.LevelWarn))))
+	require.NoError(t, err)
+	res, err := warnOnly.Take(ctx, "sk-secret-key-0123456789")
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	assert.Empty(t, buf.String())
+	plain, err := ratelimit.New(mem, limits)
+	require.NoError(t, err)
+	assert.Equal(t, testing.AllocsPerRun(100, func() {
+		_, _ = plain.Take(ctx, "sk-secret-key-0123456789") // the same refusal without hooks
+	}), testing.AllocsPerRun(100, func() {
+		_, _ = warnOnly.Take(ctx, "sk-secret-key-0123456789")
+	}))
+}
+
+func TestErrorKind(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{nil, hooks.KindOther},
+		{context.DeadlineExceeded, hooks.KindTimeout},
+		{fmt.Errorf("%w after 50ms: %w", ratelimit.ErrStoreTimeout, errors.New("i/o")), hooks.KindTimeout},
+		{fmt.Errorf("ratelimit: store: %w", context.Canceled), hooks.KindCanceled},
+		{errors.New("dial tcp: connection refused"), hooks.KindOther},
+	} {
+		assert.Equal(t, tc.want, hooks.ErrorKind(tc.err), "%v", tc.err)
+	}
+}
+
+// TestJoin checks, by reflection over ratelimit.Hooks, that Join calls
+// every callback of every argument in order, so that a callback added to
+// Hooks later cannot be dropped silently.
+func TestJoin(t *testing.T) {
+	var calls []string
+	hs := make([]ratelimit.Hooks, 3)
+	typ := reflect.TypeFor[ratelimit.Hooks]()
+	for i := range hs {
+		if i == 1 {
+			continue // an empty Hooks in the middle is skipped
+		}
+		v := reflect.ValueOf(&hs[i]).Elem()
+		for f := range typ.NumField() {
+			field := typ.Field(f)
+			require.Equal(t, reflect.Func, field.Type.Kind(), "Hooks.%s", field.Name)
+			name := fmt.Sprintf("%s#%d", field.Name, i)
+			v.Field(f).Set(reflect.MakeFunc(field.Type, func([]reflect.Value) []reflect.Value {
+				calls = append(calls, name)
+				return nil
+			}))
+		}
+	}
+	joined := reflect.ValueOf(hooks.Join(hs...))
+	for f := range typ.NumField() {
+		field := typ.Field(f)
+		fn := joined.Field(f)
+		require.False(t, fn.IsNil(), "Join drops Hooks.%s", field.Name)
+		args := make([]reflect.Value, field.Type.NumIn())
+		for a := range args {
+			args[a] = reflect.Zero(field.Type.In(a))
+		}
+		calls = nil
+		fn.Call(args)
+		assert.Equal(t, []string{field.Name + "#0", field.Name + "#2"}, calls)
+	}
+	empty := reflect.ValueOf(hooks.Join(ratelimit.Hooks{}, ratelimit.Hooks{}))
+	for f := range typ.NumField() {
+		assert.True(t, empty.Field(f).IsNil(), "Join of empty Hooks sets %s", typ.Field(f).Name)
+	}
+}

@@ -1,0 +1,12 @@
+package chaos
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package's tests if any goroutine outlives them: every
+// store, client, server and limiter a test starts must be stopped (a
+// Store's abandoned primary calls included: tests Drain it).
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,0 +1,395 @@
+// Package prometheus exports a Limiter's decisions, store errors, store
+// latency and circuit-breaker state as Prometheus metrics, with
+// github.com/prometheus/client_golang.
+//
+//	m, err := rmprom.New(prometheus.DefaultRegisterer) // or your own registry
+//	store := m.InstrumentStore(redisStore)             // store latency
+//	lim, err := ratelimit.New(store, ratelimit.WithHooks(m.Hooks()), ...)
+//
+// Nothing is registered globally: New registers with the Registerer it is
+// given, or with none (nil), in which case the Metrics, a
+// prometheus.Collector, can be registered later.
+//
+// # Metrics
+//
+// With the default namespace "rampmeter":
+//
+//	rampmeter_requests_total{outcome}            counter
+//	rampmeter_decisions_total{policy, outcome}   counter
+//	rampmeter_store_errors_total{kind}           counter
+//	rampmeter_store_duration_seconds{op, result} histogram
+//	rampmeter_circuit_open{circuit}              gauge
+//
+// requests_total counts each request (or Limiter.Take) once, by outcome:
+// "allowed" (admitted and charged; shadow refusals included), "limited"
+// (refused, 429), "too_large" (refused because a cost exceeds a limit's
+// burst, 413) or "bypassed" (let through without a decision: the store
+// failed under FailOpen, or the key function failed under
+// WithSkipOnKeyError). Under FailClosed a store failure is a store error
+// and no request outcome.
+//
+// decisions_total counts each limit's verdict on each decided request, with
+// policy the limit's name (Limit.Name; names are configuration, so the
+// label set is bounded) and outcome:
+//
+//   - "allowed": the limit had room and the request was charged to it;
+//   - "limited": the limit refused; a later retry can pass;
+//   - "too_large": the limit refused because the cost exceeds its burst;
+//   - "shadow": a shadow limit (Limit.Shadow) refused, and so would have
+//     refused the request had it been enforced;
+//   - "uncharged": the limit had room, but another limit refused, so
+//     (stores decide all or nothing) nothing was charged to it.
+//
+// store_errors_total counts failed store calls by kind: "timeout" (the
+// store timeout passed), "canceled" or "other" (hooks.ErrorKind). Calls
+// abandoned because the request's own context ended are not store errors
+// (see ratelimit.Stats.StoreErrors).
+//
+// store_duration_seconds is measured by InstrumentStore around every Take
+// and Adjust (op "take" or "adjust"; result "ok" or "error"), so it
+// includes calls that time out.
+//
+// circuit_open is 1 while the named circuit breaker is open (the store is
+// not being called) and 0 otherwise; SetCircuitState sets it, for example
+// from a failover store's state-change callback.
+package prometheus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/hooks"
+)
+
+// ErrInvalidOption is wrapped by the errors New returns for an invalid
+// Option.
+var ErrInvalidOption = errors.New("ratelimit/metrics/prometheus: invalid option")
+
+// DefaultNamespace is the metric name prefix unless WithNamespace sets
+// another.
+const DefaultNamespace = "rampmeter"
+
+// DefaultLatencyBuckets are the upper bounds, in seconds, of the store
+// latency histogram's buckets: 100 µs to 1 s, finer around the default
+// store timeout (50 ms), where calls to a sick store pile up.
+var DefaultLatencyBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1,
+}
+
+// Request outcomes (label "outcome" of requests_total).
+const (
+	OutcomeAllowed  = "allowed"
+	OutcomeLimited  = "limited"
+	OutcomeTooLarge = "too_large"
+	OutcomeBypassed = "bypassed"
+	// OutcomeShadow and OutcomeUncharged are decision outcomes only.
+	OutcomeShadow    = "shadow"
+	OutcomeUncharged = "uncharged"
+)
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	namespace string
+	subsystem string
+	buckets   []float64
+	labels    prometheus.Labels
+}
+
+// WithNamespace sets the first part of every metric name (default
+// DefaultNamespace). It must be a valid metric name part ([a-zA-Z_:]
+// [a-zA-Z0-9_:]*); the empty string leaves the names without a namespace.
+func WithNamespace(ns string) Option {
+	return func(c *config) error {
+		if ns != "" && !validName(ns) {
+			return fmt.Errorf("%w: namespace %q", ErrInvalidOption, ns)
+		}
+		c.namespace = ns
+		return nil
+	}
+}
+
+// WithSubsystem sets a middle part of every metric name
+// (rampmeter_<subsystem>_requests_total), for example to tell several
+// Limiters apart; the default is none. It must be a valid metric name part
+// or empty. WithConstLabels is the other way to tell Limiters apart.
+func WithSubsystem(s string) Option {
+	return func(c *config) error {
+		if s != "" && !validName(s) {
+			return fmt.Errorf("%w: subsystem %q", ErrInvalidOption, s)
+		}
+		c.subsystem = s
+		return nil
+	}
+}
+
+// WithLatencyBuckets sets the upper bounds, in seconds, of the store
+// latency histogram's buckets (default DefaultLatencyBuckets). They must
+// be strictly increasing and positive; at least one is required.
+func WithLatencyBuckets(b ...float64) Option {
+	return func(c *config) error {
+		if len(b) == 0 {
+			return fmt.Errorf("%w: no latency buckets", ErrInvalidOption)
+		}
+		for i, v := range b {
+			if !(v > 0) || i > 0 && !(v > b[i-1]) {
+				return fmt.Errorf("%w: latency buckets must be positive and strictly increasing, got %v", ErrInvalidOption, b)
+			}
+		}
+		c.buckets = append([]float64(nil), b...)
+		return nil
+	}
+}
+
+// WithConstLabels adds labels with fixed values to every metric, for
+// example {"limiter": "public-api"}. Names must not collide with the
+// metrics' own labels (outcome, policy, kind, op, result, circuit).
+func WithConstLabels(l prometheus.Labels) Option {
+	return func(c *config) error {
+		for k := range l {
+			switch k {
+			case "outcome", "policy", "kind", "op", "result", "circuit":
+				return fmt.Errorf("%w: constant label %q collides with a metric label", ErrInvalidOption, k)
+			}
+			if !validName(k) || k[0] == ':' {
+				return fmt.Errorf("%w: label name %q", ErrInvalidOption, k)
+			}
+		}
+		c.labels = make(prometheus.Labels, len(l))
+		for k, v := range l {
+			c.labels[k] = v
+		}
+		return nil
+	}
+}
+
+func validName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == ':' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// Metrics holds a Limiter's metrics. It is a prometheus.Collector and safe
+// for concurrent use. One Metrics may serve several Limiters (their counts
+// add up) unless they should be told apart (WithConstLabels).
+type Metrics struct {
+	requests  *prometheus.CounterVec
+	decisions *prometheus.CounterVec
+	storeErrs *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+	circuit   *prometheus.GaugeVec
+
+	// Pre-resolved children, so the hot path does no label lookup.
+	reqAllowed, reqLimited, reqTooLarge, reqBypassed prometheus.Counter
+	errTimeout, errCanceled, errOther                prometheus.Counter
+	takeOK, takeErr, adjustOK, adjustErr             prometheus.Observer
+
+	policies sync.Map // policy name -> *policyCounters
+
+	now func() time.Time // time.Now; a fake clock in tests
+}
+
+// policyCounters are one policy's decisions_total children, by outcome.
+type policyCounters struct {
+	allowed, limited, tooLarge, shadow, uncharged prometheus.Counter
+}
+
+var _ prometheus.Collector = (*Metrics)(nil)
+
+// New returns Metrics registered with reg, or unregistered when reg is
+// nil. Errors: an invalid Option (wrapping ErrInvalidOption), or reg's
+// error (for example prometheus.AlreadyRegisteredError when another
+// Metrics with the same names is registered; use WithNamespace,
+// WithSubsystem or WithConstLabels to tell them apart).
+func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
+	c := config{namespace: DefaultNamespace, buckets: DefaultLatencyBuckets}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	opt := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: c.namespace, Subsystem: c.subsystem, Name: name, Help: help, ConstLabels: c.labels}
+	}
+	m := &Metrics{now: time.Now}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts(opt("requests_total",
+		"Requests (and Limiter.Take calls) by outcome: allowed, limited, too_large, bypassed.")), []string{"outcome"})
+	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts(opt("decisions_total",
+		"Verdicts of each limit (policy) on decided requests: allowed, limited, too_large, shadow, uncharged.")),
+		[]string{"policy", "outcome"})
+	m.storeErrs = prometheus.NewCounterVec(prometheus.CounterOpts(opt("store_errors_total",
+		"Failed store calls by kind: timeout, canceled, other.")), []string{"kind"})
+	ho := opt("store_duration_seconds", "Duration of store calls (Take, Adjust), successful or not.")
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ho.Namespace, Subsystem: ho.Subsystem,
+		Name: ho.Name, Help: ho.Help, ConstLabels: ho.ConstLabels, Buckets: c.buckets}, []string{"op", "result"})
+	m.circuit = prometheus.NewGaugeVec(prometheus.GaugeOpts(opt("circuit_open",
+		"1 while the named circuit breaker is open (the store is not called), 0 otherwise.")), []string{"circuit"})
+
+	m.reqAllowed = m.requests.WithLabelValues(OutcomeAllowed)
+	m.reqLimited = m.requests.WithLabelValues(OutcomeLimited)
+	m.reqTooLarge = m.requests.WithLabelValues(OutcomeTooLarge)
+	m.reqBypassed = m.requests.WithLabelValues(OutcomeBypassed)
+	m.errTimeout = m.storeErrs.WithLabelValues(hooks.KindTimeout)
+	m.errCanceled = m.storeErrs.WithLabelValues(hooks.KindCanceled)
+	m.errOther = m.storeErrs.WithLabelValues(hooks.KindOther)
+	m.takeOK = m.latency.WithLabelValues("take", "ok")
+	m.takeErr = m.latency.WithLabelValues("take", "error")
+	m.adjustOK = m.latency.WithLabelValues("adjust", "ok")
+	m.adjustErr = m.latency.WithLabelValues("adjust", "error")
+
+	if reg != nil {
+		if err := reg.Register(m); err != nil {
+			return nil, fmt.Errorf("ratelimit/metrics/prometheus: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	m.requests.Describe(ch)
+	m.decisions.Describe(ch)
+	m.storeErrs.Describe(ch)
+	m.latency.Describe(ch)
+	m.circuit.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	m.requests.Collect(ch)
+	m.decisions.Collect(ch)
+	m.storeErrs.Collect(ch)
+	m.latency.Collect(ch)
+	m.circuit.Collect(ch)
+}
+
+// Hooks returns the ratelimit.Hooks that update requests_total,
+// decisions_total and store_errors_total. Combine them with other hooks
+// with hooks.Join.
+func (m *Metrics) Hooks() ratelimit.Hooks {
+	return ratelimit.Hooks{
+		OnDecision:   m.onDecision,
+		OnStoreError: m.onStoreError,
+		OnBypass:     func(context.Context, error) { m.reqBypassed.Inc() },
+	}
+}
+
+func (m *Metrics) onDecision(_ context.Context, res ratelimit.Result) {
+	switch {
+	case res.Allowed:
+		m.reqAllowed.Inc()
+	case res.RetryAfter == ratelimit.RetryNever:
+		m.reqTooLarge.Inc()
+	default:
+		m.reqLimited.Inc()
+	}
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if d.Limit == nil {
+			continue
+		}
+		pc := m.policy(d.Limit.Name())
+		switch {
+		case d.Allowed && res.Allowed:
+			pc.allowed.Inc()
+		case d.Allowed:
+			pc.uncharged.Inc()
+		case d.Limit.IsShadow():
+			pc.shadow.Inc()
+		case d.Never():
+			pc.tooLarge.Inc()
+		default:
+			pc.limited.Inc()
+		}
+	}
+}
+
+// policy returns the counters of the named policy, creating them on first
+// use.
+func (m *Metrics) policy(name string) *policyCounters {
+	if pc, ok := m.policies.Load(name); ok {
+		return pc.(*policyCounters)
+	}
+	pc := &policyCounters{
+		allowed:   m.decisions.WithLabelValues(name, OutcomeAllowed),
+		limited:   m.decisions.WithLabelValues(name, OutcomeLimited),
+		tooLarge:  m.decisions.WithLabelValues(name, OutcomeTooLarge),
+		shadow:    m.decisions.WithLabelValues(name, OutcomeShadow),
+		uncharged: m.decisions.WithLabelValues(name, OutcomeUncharged),
+	}
+	actual, _ := m.policies.LoadOrStore(name, pc)
+	return actual.(*policyCounters)
+}
+
+func (m *Metrics) onStoreError(_ context.Context, err error) {
+	switch hooks.ErrorKind(err) {
+	case hooks.KindTimeout:
+		m.errTimeout.Inc()
+	case hooks.KindCanceled:
+		m.errCanceled.Inc()
+	default:
+		m.errOther.Inc()
+	}
+}
+
+// SetCircuitState sets circuit_open{circuit=name} to 1 when open, else 0.
+// Call it from a circuit breaker's state-change callback (a half-open
+// breaker, which lets probes through, is not open). name identifies the
+// breaker, e.g. the store's name; keep the set of names bounded.
+func (m *Metrics) SetCircuitState(name string, open bool) {
+	v := 0.0
+	if open {
+		v = 1
+	}
+	m.circuit.WithLabelValues(name).Set(v)
+}
+
+// InstrumentStore returns a Store that calls s and records the duration
+// of every Take and Adjust in store_duration_seconds. Put it between the
+// Limiter and the store (ratelimit.New(m.InstrumentStore(s), ...)). The
+// wrapper has only the Store methods: keep s to call anything else on it
+// (Close, Key).
+func (m *Metrics) InstrumentStore(s ratelimit.Store) ratelimit.Store {
+	return &instrumented{s: s, m: m}
+}
+
+type instrumented struct {
+	s ratelimit.Store
+	m *Metrics
+}
+
+func (i *instrumented) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	start := i.m.now()
+	err := i.s.Take(ctx, reqs, out)
+	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
+	return err
+}
+
+func (i *instrumented) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	start := i.m.now()
+	err := i.s.Adjust(ctx, reqs, out)
+	observe(i.m.adjustOK, i.m.adjustErr, err, i.m.now().Sub(start))
+	return err
+}
+
+func observe(ok, failed prometheus.Observer, err error, d time.Duration) {
+	if err != nil {
+		failed.Observe(d.Seconds())
+		return
+	}
+	ok.Observe(d.Seconds())
+}

@@ -1,0 +1,343 @@
+package prometheus
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/store/memory"
+)
+
+var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// clock is a manual clock.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// slowStore advances a clock by d during every call to s (or returns err
+// instead of calling s when err is set): a store whose latency is d by
+// that clock.
+type slowStore struct {
+	s   ratelimit.Store
+	c   *clock
+	d   time.Duration
+	err error
+}
+
+func (s *slowStore) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	s.c.Advance(s.d)
+	if s.err != nil {
+		return s.err
+	}
+	return s.s.Take(ctx, reqs, out)
+}
+
+func (s *slowStore) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	s.c.Advance(s.d)
+	if s.err != nil {
+		return s.err
+	}
+	return s.s.Adjust(ctx, reqs, out)
+}
+
+// Latencies that are exact binary fractions of a second, so the
+// histogram sums print exactly.
+const (
+	fast = time.Second / 256 // 3.90625 ms: bucket le=0.005
+	slow = time.Second / 16  // 62.5 ms: bucket le=0.075
+)
+
+// TestScriptedSequence drives a Limiter through every outcome and checks
+// every counter, the latency histogram and the circuit gauge exactly.
+func TestScriptedSequence(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := New(reg)
+	require.NoError(t, err)
+	latencyClock := &clock{now: epoch}
+	m.now = latencyClock.Now
+
+	storeClock := &clock{now: epoch}
+	mem, err := memory.New(memory.WithClock(storeClock.Now))
+	require.NoError(t, err)
+	limits := ratelimit.WithLimits(
+		ratelimit.PerMinute(2).Named("requests"),
+		ratelimit.PerMinute(10).Named("tokens"),
+		ratelimit.PerMinute(1).Named("strict").Shadow(),
+	)
+	lim, err := ratelimit.New(m.InstrumentStore(&slowStore{s: mem, c: latencyClock, d: fast}),
+		limits, ratelimit.WithHooks(m.Hooks()))
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	// The store's clock stands still, so nothing refills.
+	// 1. requests 2→1, tokens 10→6, strict 1→0: admitted.
+	res, err := lim.Take(ctx, "k", 1, 4, 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	// 2. strict has 0 < 1 and refuses (shadow); the enforced limits are
+	//    retaken and charged: requests 1→0, tokens 6→2. Two store Takes.
+	res, err = lim.Take(ctx, "k", 1, 4, 1)
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.True(t, res.ShadowLimited())
+	// 3. requests has 0 < 1: limited; tokens (2 ≥ 1) had room but is not
+	//    charged; strict refuses again.
+	res, err = lim.Take(ctx, "k", 1, 1, 1)
+	require.NoError(t, err)
+	require.False(t, res.Allowed)
+	// 4. A fresh key asking 11 tokens of a burst of 10: too large; the
+	//    others had room (strict is asked 0).
+	res, err = lim.Take(ctx, "k2", 1, 11, 0)
+	require.NoError(t, err)
+	require.Equal(t, ratelimit.RetryNever, res.RetryAfter)
+	// 5. A refund of 2 tokens: one store Adjust, no decision counted.
+	_, err = lim.Adjust(ctx, "k", "tokens", -2)
+	require.NoError(t, err)
+
+	// 6-8. The same metrics on three failing stores under FailOpen: a
+	// timeout, a cancellation, another error. Each is a store error and a
+	// bypass.
+	for _, e := range []error{context.DeadlineExceeded, context.Canceled, errors.New("connection refused")} {
+		bad, err := ratelimit.New(m.InstrumentStore(&slowStore{c: latencyClock, d: slow, err: e}),
+			limits, ratelimit.WithHooks(m.Hooks()))
+		require.NoError(t, err)
+		res, err := bad.Take(ctx, "k", 1, 1, 1)
+		require.Error(t, err)
+		require.True(t, res.Bypassed)
+	}
+
+	m.SetCircuitState("redis", true)
+	m.SetCircuitState("redis", false)
+	m.SetCircuitState("replica", true)
+
+	// Derivation: store Takes succeeded 5 times (steps 1, 2 twice, 3, 4),
+	// each 1/256 s; one Adjust, 1/256 s; 3 failed Takes of 1/16 s each.
+	const want = `
+# HELP rampmeter_circuit_open 1 while the named circuit breaker is open (the store is not called), 0 otherwise.
+# TYPE rampmeter_circuit_open gauge
+rampmeter_circuit_open{circuit="redis"} 0
+rampmeter_circuit_open{circuit="replica"} 1
+# HELP rampmeter_decisions_total Verdicts of each limit (policy) on decided requests: allowed, limited, too_large, shadow, uncharged.
+# TYPE rampmeter_decisions_total counter
+rampmeter_decisions_total{outcome="allowed",policy="requests"} 2
+rampmeter_decisions_total{outcome="allowed",policy="strict"} 1
+rampmeter_decisions_total{outcome="allowed",policy="tokens"} 2
+rampmeter_decisions_total{outcome="limited",policy="requests"} 1
+rampmeter_decisions_total{outcome="limited",policy="strict"} 0
+rampmeter_decisions_total{outcome="limited",policy="tokens"} 0
+rampmeter_decisions_total{outcome="shadow",policy="requests"} 0
+rampmeter_decisions_total{outcome="shadow",policy="strict"} 2
+rampmeter_decisions_total{outcome="shadow",policy="tokens"} 0
+rampmeter_decisions_total{outcome="too_large",policy="requests"} 0
+rampmeter_decisions_total{outcome="too_large",policy="strict"} 0
+rampmeter_decisions_total{outcome="too_large",policy="tokens"} 1
+rampmeter_decisions_total{outcome="uncharged",policy="requests"} 1
+rampmeter_decisions_total{outcome="uncharged",policy="strict"} 1
+rampmeter_decisions_total{outcome="uncharged",policy="tokens"} 1
+# HELP rampmeter_requests_total Requests (and Limiter.Take calls) by outcome: allowed, limited, too_large, bypassed.
+# TYPE rampmeter_requests_total counter
+rampmeter_requests_total{outcome="allowed"} 2
+rampmeter_requests_total{outcome="bypassed"} 3
+rampmeter_requests_total{outcome="limited"} 1
+rampmeter_requests_total{outcome="too_large"} 1
+# HELP rampmeter_store_errors_total Failed store calls by kind: timeout, canceled, other.
+# TYPE rampmeter_store_errors_total counter
+rampmeter_store_errors_total{kind="canceled"} 1
+rampmeter_store_errors_total{kind="other"} 1
+rampmeter_store_errors_total{kind="timeout"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"rampmeter_circuit_open", "rampmeter_decisions_total", "rampmeter_requests_total", "rampmeter_store_errors_total"))
+
+	hist := func(op, result string, n int, bucket int, sum string) string {
+		var b strings.Builder
+		for i, le := range []string{"0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.04", "0.05", "0.075", "0.1", "0.25", "0.5", "1", "+Inf"} {
+			c := 0
+			if i >= bucket {
+				c = n
+			}
+			b.WriteString(`rampmeter_store_duration_seconds_bucket{op="` + op + `",result="` + result + `",le="` + le + `"} ` + itoa(c) + "\n")
+		}
+		b.WriteString(`rampmeter_store_duration_seconds_sum{op="` + op + `",result="` + result + `"} ` + sum + "\n")
+		b.WriteString(`rampmeter_store_duration_seconds_count{op="` + op + `",result="` + result + `"} ` + itoa(n) + "\n")
+		return b.String()
+	}
+	wantHist := "# HELP rampmeter_store_duration_seconds Duration of store calls (Take, Adjust), successful or not.\n" +
+		"# TYPE rampmeter_store_duration_seconds histogram\n" +
+		hist("adjust", "error", 0, 0, "0") +
+		hist("adjust", "ok", 1, 5, "0.00390625") + // 1/256
+		hist("take", "error", 3, 10, "0.1875") + // 3/16
+		hist("take", "ok", 5, 5, "0.01953125") // 5/256
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(wantHist), "rampmeter_store_duration_seconds"))
+
+	// The Limiter's own counters agree with the metrics.
+	st := lim.Stats()
+	assert.Equal(t, uint64(2), st.Allowed)
+	assert.Equal(t, uint64(1), st.Limited)
+	assert.Equal(t, uint64(1), st.TooLarge)
+	assert.Equal(t, uint64(1), st.ShadowLimited)
+
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+func TestRegistration(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	_, err := New(reg)
+	require.NoError(t, err)
+	_, err = New(reg)
+	var are prometheus.AlreadyRegisteredError
+	require.ErrorAs(t, err, &are, "the same names twice")
+
+	m, err := New(reg, WithSubsystem("public"), WithConstLabels(prometheus.Labels{"limiter": "a"}))
+	require.NoError(t, err, "a subsystem tells them apart")
+	m.Hooks().OnBypass(context.Background(), errors.New("x"))
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.reqBypassed))
+	n, err := testutil.GatherAndCount(reg, "rampmeter_public_requests_total")
+	require.NoError(t, err)
+	assert.Equal(t, 4, n, "four outcomes, pre-created")
+
+	unregistered, err := New(nil)
+	require.NoError(t, err)
+	require.NoError(t, prometheus.NewRegistry().Register(unregistered), "nil registers nothing; the Metrics is a Collector")
+}
+
+func TestOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  Option
+	}{
+		{"namespace", WithNamespace("1bad")},
+		{"namespace dash", WithNamespace("a-b")},
+		{"subsystem", WithSubsystem("a b")},
+		{"no buckets", WithLatencyBuckets()},
+		{"unsorted", WithLatencyBuckets(0.1, 0.05)},
+		{"zero", WithLatencyBuckets(0, 1)},
+		{"label collision", WithConstLabels(prometheus.Labels{"policy": "x"})},
+		{"label name", WithConstLabels(prometheus.Labels{"a-b": "x"})},
+		{"nil", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(nil, tc.opt)
+			require.ErrorIs(t, err, ErrInvalidOption)
+		})
+	}
+	reg := prometheus.NewPedanticRegistry()
+	m, err := New(reg, WithNamespace(""), WithLatencyBuckets(0.5, 1))
+	require.NoError(t, err)
+	c := &clock{now: epoch}
+	m.now = c.Now
+	err = m.InstrumentStore(&slowStore{c: c, d: 3 * time.Second / 4, err: errors.New("x")}).Take(context.Background(), nil, nil)
+	require.Error(t, err)
+	// One failed Take of 0.75 s: above 0.5, within 1.
+	const want = `
+# HELP store_duration_seconds Duration of store calls (Take, Adjust), successful or not.
+# TYPE store_duration_seconds histogram
+store_duration_seconds_bucket{op="adjust",result="error",le="0.5"} 0
+store_duration_seconds_bucket{op="adjust",result="error",le="1"} 0
+store_duration_seconds_bucket{op="adjust",result="error",le="+Inf"} 0
+store_duration_seconds_sum{op="adjust",result="error"} 0
+store_duration_seconds_count{op="adjust",result="error"} 0
+store_duration_seconds_bucket{op="adjust",result="ok",le="0.5"} 0
+store_duration_seconds_bucket{op="adjust",result="ok",le="1"} 0
+store_duration_seconds_bucket{op="adjust",result="ok",le="+Inf"} 0
+store_duration_seconds_sum{op="adjust",result="ok"} 0
+store_duration_seconds_count{op="adjust",result="ok"} 0
+store_duration_seconds_bucket{op="take",result="error",le="0.5"} 0
+store_duration_seconds_bucket{op="take",result="error",le="1"} 1
+store_duration_seconds_bucket{op="take",result="error",le="+Inf"} 1
+store_duration_seconds_sum{op="take",result="error"} 0.75
+store_duration_seconds_count{op="take",result="error"} 1
+store_duration_seconds_bucket{op="take",result="ok",le="0.5"} 0
+store_duration_seconds_bucket{op="take",result="ok",le="1"} 0
+store_duration_seconds_bucket{op="take",result="ok",le="+Inf"} 0
+store_duration_seconds_sum{op="take",result="ok"} 0
+store_duration_seconds_count{op="take",result="ok"} 0
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "store_duration_seconds"))
+}
+
+// BenchmarkHooksOnDecision measures the hooks' cost per decided request
+// with three stacked limits.
+func BenchmarkHooksOnDecision(b *testing.B) {
+	m, err := New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ls := []ratelimit.Limit{ratelimit.PerMinute(60).Named("requests"), ratelimit.PerDay(100_000).Named("tokens"),
+		ratelimit.PerHour(1000).Named("hourly")}
+	res := ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
+		{Limit: &ls[0], Allowed: true}, {Limit: &ls[1], Allowed: true}, {Limit: &ls[2], Allowed: true}}}
+	h := m.Hooks()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		h.OnDecision(ctx, res)
+	}
+}
+
+// BenchmarkInstrumentStore measures the wrapper's overhead on a memory
+// store Take over 10,000 keys.
+func BenchmarkInstrumentStore(b *testing.B) {
+	m, err := New(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	mem, err := memory.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := m.InstrumentStore(mem)
+	l := ratelimit.PerSecond(1_000_000)
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "key-" + itoa(i+1)
+	}
+	reqs := []ratelimit.Request{{Limit: &l, Cost: 1}}
+	out := make([]ratelimit.Decision, 1)
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		reqs[0].Key = keys[i%len(keys)]
+		i++
+		if err := s.Take(ctx, reqs, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package ratelimit_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+func TestShadowLimitNeverRefuses(t *testing.T) {
+	// 60 requests per minute enforced; 100 tokens per minute in shadow
+	// mode (one token refills every 600ms).
+	requests := ratelimit.PerMinute(60).Named("requests")
+	tokens := ratelimit.PerMinute(100).Named("tokens").CostFrom(estimateTokens)
+	onEachStore(t, func(t *testing.T, f storeFactory) {
+		var shadowed []bool
+		hooks := ratelimit.WithHooks(ratelimit.Hooks{OnDecision: func(_ context.Context, res ratelimit.Result) {
+			shadowed = append(shadowed, res.Allowed && res.ShadowLimited())
+		}})
+		lim, store, _ := newLimiterOn(t, f, ratelimit.WithLimits(requests, tokens.Shadow()), hooks,
+			ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit))
+		var reserved []bool
+		h := lim.Handler(reporting(t, 30, func(_ http.ResponseWriter, r *http.Request) {
+			_, ok := ratelimit.Reserved(r.Context(), "tokens")
+			reserved = append(reserved, ok)
+		}))
+
+		// 60 tokens: both limits admit and are charged (40 tokens left,
+		// full again in 60 × 600ms = 36s); the usage (30) settles both.
+		w := serve(h, request("POST", "/", "k", 60))
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Equal(t, `"requests";r=59;t=1, "tokens";r=40;t=36`, w.Header().Get("RateLimit"))
+		assert.Equal(t, `"requests";q=60;w=60, "tokens";q=100;w=60;rampmeter-unit="tokens";rampmeter-shadow`, w.Header().Get("RateLimit-Policy"))
+		assert.Equal(t, int64(-30), singleAdjust(t, store).Cost)
+
+		// 80 tokens: only 70 left, so the shadow limit refuses. The
+		// request passes anyway; requests is charged (58 left), tokens is
+		// not (70 left, as if the limit had refused), and its report is
+		// not settled against it. Two Takes: the first charged nothing.
+		w = serve(h, request("POST", "/", "k", 80))
+		require.Equal(t, http.StatusOK, w.Code)
+		assert.Equal(t, `"requests";r=58;t=2, "tokens";r=70;t=18`, w.Header().Get("RateLimit"))
+		assert.Equal(t, "60", w.Header().Get("X-RateLimit-Limit"), "a shadow limit never binds")
+		assert.Len(t, store.Adjusts(), 1, "nothing to settle: tokens was not charged")
+		assert.Equal(t, 3, store.takes)
+
+		// A cost above the shadow limit's burst can never fit it: still
+		// admitted.
+		require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 500)).Code)
+		assert.Equal(t, []int64{57, 70}, peek(t, store.Store, "k", requests, tokens))
+		assert.Equal(t, []bool{true, false, false}, reserved)
+		assert.Equal(t, []bool{false, true, true}, shadowed)
+		assert.Equal(t, ratelimit.Stats{Allowed: 3, ShadowLimited: 2, Settled: 1}, lim.Stats())
+
+		// Flip it to enforced: same ID, same state. 80 tokens now wait
+		// for 10 more: 6s.
+		enforced, err := ratelimit.New(store, ratelimit.WithLimits(requests, tokens))
+		require.NoError(t, err)
+		w = serve(enforced.Handler(okHandler), request("POST", "/", "k", 80))
+		require.Equal(t, http.StatusTooManyRequests, w.Code)
+		assert.Equal(t, "6", w.Header().Get("Retry-After"))
+		assert.Equal(t, ratelimit.Stats{Limited: 1}, enforced.Stats())
+	})
+}
+
+func TestShadowLimitWithEnforcedRefusal(t *testing.T) {
+	// When an enforced limit refuses too, the request is refused, counted
+	// as Limited (not ShadowLimited), and nothing is charged.
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(
+		ratelimit.PerMinute(1).Named("requests"),
+		ratelimit.PerMinute(100).Named("tokens").CostFrom(estimateTokens).Shadow()))
+	h := lim.Handler(okHandler)
+	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 90)).Code)
+	w := serve(h, request("POST", "/", "k", 20))
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "60", w.Header().Get("Retry-After"), "the shadow limit does not bind")
+	assert.Contains(t, w.Body.String(), `"violated-policies":["requests"]`, "the shadow limit refused too, but is not listed")
+	assert.Equal(t, ratelimit.Stats{Allowed: 1, Limited: 1}, lim.Stats())
+	assert.Equal(t, 2, store.takes)
+
+	// Only shadow limits: never refused, never a second Take.
+	lim, store, _ = newLimiter(t, ratelimit.WithLimits(ratelimit.PerMinute(1).Shadow()))
+	for range 3 {
+		require.Equal(t, http.StatusOK, serve(lim.Handler(okHandler), request("GET", "/", "k", -1)).Code)
+	}
+	assert.Equal(t, 3, store.takes)
+	assert.Equal(t, ratelimit.Stats{Allowed: 3, ShadowLimited: 2}, lim.Stats())
+
+	// Limiter.Take follows the same rules.
+	lim, _, _ = newLimiter(t, ratelimit.WithLimits(
+		ratelimit.PerMinute(10).Named("requests"),
+		ratelimit.PerMinute(1).Named("new").Shadow()))
+	for i := range 2 {
+		res, err := lim.Take(t.Context(), "k")
+		require.NoError(t, err)
+		assert.True(t, res.Allowed)
+		assert.Equal(t, i == 1, res.ShadowLimited())
+		assert.Equal(t, int64(9-i), res.Decisions[0].Remaining)
+	}
+}
+
+func TestShadowDoesNotChangeID(t *testing.T) {
+	l := ratelimit.PerDay(1000).Named("tokens")
+	assert.Equal(t, l.ID(), l.Shadow().ID())
+	assert.True(t, l.Shadow().IsShadow())
+	assert.False(t, l.IsShadow())
+	assert.Equal(t, `"tokens" 1000/24h0m0s burst 1000 token-bucket shadow`, l.Shadow().String())
+}
