@@ -191,7 +191,9 @@ func (l Limit) WithAlgorithm(a Algorithm) Limit { l.algorithm = a; return l.fini
 
 // AlignToFirstHit returns a copy of l whose fixed windows open at each key's
 // first hit after the previous window closed, instead of at multiples of
-// Period since the Unix epoch. Only FixedWindow accepts it.
+// Period since the Unix epoch. A window that counts nothing (refunded in
+// full by Adjust) is closed: the next hit opens a new one, as on a key
+// never seen. Only FixedWindow accepts it.
 func (l Limit) AlignToFirstHit() Limit { l.firstHit = true; return l.finish() }
 
 // AlignsToFirstHit reports whether AlignToFirstHit was applied.
