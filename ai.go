@@ -68,7 +68,8 @@ func WithChargeOnServerError() Option {
 // SDKs fall back to their own backoff of a few seconds), while a 403 says
 // "stop" to all of them. Retry-After is still sent, and still exact: the
 // time until the request's cost fits again. Such refusals count in
-// Stats.Limited. threshold must be positive and status a 4xx code.
+// Stats.Limited. threshold must be positive and status a 4xx code other than
+// 413, which is reserved for requests that can never fit (no Retry-After).
 //
 //	ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden)
 func WithQuotaExhaustedStatus(threshold time.Duration, status int) Option {
@@ -78,6 +79,8 @@ func WithQuotaExhaustedStatus(threshold time.Duration, status int) Option {
 			return fmt.Errorf("WithQuotaExhaustedStatus(%v, %d): the threshold must be positive", threshold, status)
 		case status < 400 || status > 499:
 			return fmt.Errorf("WithQuotaExhaustedStatus(%v, %d): the status must be 4xx", threshold, status)
+		case status == http.StatusRequestEntityTooLarge:
+			return fmt.Errorf("WithQuotaExhaustedStatus(%v, %d): 413 means a request can never fit; an exhausted quota is retryable", threshold, status)
 		}
 		c.quotaThreshold, c.quotaStatus = threshold, status
 		return nil

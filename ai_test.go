@@ -273,6 +273,8 @@ func TestQuotaExhaustedStatus(t *testing.T) {
 	for _, bad := range []ratelimit.Option{
 		ratelimit.WithQuotaExhaustedStatus(0, http.StatusForbidden),
 		ratelimit.WithQuotaExhaustedStatus(time.Hour, http.StatusInternalServerError),
+		// 413 means "never fits, do not retry"; an exhausted quota is retryable.
+		ratelimit.WithQuotaExhaustedStatus(time.Hour, http.StatusRequestEntityTooLarge),
 	} {
 		_, err := ratelimit.New(newStore(t, time.Now), limits, bad)
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)

@@ -9,7 +9,10 @@ import "time"
 
 // TakeAt applies Take's rule for one limit at now (µs since the Unix epoch):
 // it returns the state after charging cost if the cost fits, and the state
-// brought up to date but uncharged otherwise. A cost of 0 peeks. The limit
+// brought up to date but uncharged otherwise. A cost of 0 peeks: it never
+// charges, and it is refused only while the limit is in debt (an Adjust
+// charged more than the capacity), with RetryAfter the time until the debt
+// is paid off. The limit
 // must be valid and cost ≥ 0.
 func (l *Limit) TakeAt(s State, now, cost int64) (State, Decision) {
 	var d Decision

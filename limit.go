@@ -152,7 +152,8 @@ type Limit struct {
 
 // Every returns a limit of quota units per period, for example
 // Every(100, 10*time.Second). The burst defaults to quota, the algorithm to
-// TokenBucket, the unit to Requests and the name to "requests".
+// TokenBucket, the unit to Requests and the name to the unit's name
+// ("requests"; "tokens" after CostFrom): see Name.
 func Every(quota int64, period time.Duration) Limit {
 	l := Limit{quota: quota, period: period, unit: Requests}
 	return l.finish()
@@ -228,10 +229,14 @@ func (l Limit) Shadow() Limit { l.shadow = true; return l.finish() }
 func (l Limit) IsShadow() bool { return l.shadow }
 
 // WithUnit returns a copy of l that reports its quota in unit u. It changes
-// only how the limit is described (headers, errors), not what is counted.
+// how the limit is described (headers, errors), not what is counted. A limit
+// without a Named name is named after its unit, so WithUnit then renames it
+// too (and so its ID and storage keys): name limits explicitly when the
+// unit may change.
 func (l Limit) WithUnit(u Unit) Limit { l.unit = u; return l.finish() }
 
-// Name returns the policy name ("requests" unless set with Named).
+// Name returns the policy name: the one given to Named, or else the unit's
+// name ("requests", or "tokens" after CostFrom).
 func (l Limit) Name() string {
 	if l.name == "" {
 		return string(l.unit)
@@ -332,6 +337,8 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: quota must be at most 2^51, got %d", ErrInvalidLimit, l.quota)
 	case l.algorithm > FixedWindow:
 		return fmt.Errorf("%w: unknown algorithm %v", ErrInvalidLimit, l.algorithm)
+	case l.name == "" && !validName(l.Name()):
+		return fmt.Errorf("%w: unit %q cannot serve as the limit's name (1 to 64 characters from [A-Za-z0-9_.-]); name the limit with Named", ErrInvalidLimit, l.unit)
 	case !validName(l.Name()):
 		return fmt.Errorf("%w: name %q must be 1 to 64 characters from [A-Za-z0-9_.-]", ErrInvalidLimit, l.Name())
 	case l.unit == "" || strings.ContainsAny(string(l.unit), "\"\\\r\n"):

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -442,7 +443,10 @@ type Limiter struct {
 
 // New returns a Limiter that keeps its state in store. It validates the
 // whole configuration, so a bad one fails here and never reaches a
-// request: the store must not be nil, there must be at least one limit
+// request (the one exception: key functions built with invalid arguments,
+// such as KeyConst("") or KeyByIP(IPv6Prefix(0)), cannot report it before
+// they run, and answer every request with 500 and a message naming the
+// mistake): the store must not be nil, there must be at least one limit
 // (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
 // and the names unique (the sets of WithLimitsFunc are validated by
 // NewPolicySet and NewPlans). Every error wraps ErrInvalidConfig.
@@ -452,6 +456,9 @@ type Limiter struct {
 func New(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, store)
 	}
 	c := config{key: KeyByAPIKey(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
 	for i, o := range opts {
@@ -665,7 +672,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	if !res.Allowed {
 		rej := Rejection{Result: res, Status: l.refusalStatus(res), Costs: s.costs}
-		if rej.Status != http.StatusRequestEntityTooLarge {
+		if !res.tooLarge() {
 			w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.RetryAfter)))
 		}
 		l.reject(w, r, rej)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/store/memory"
 )
 
 // Expected values are derived from the limits' exact rates:
@@ -525,6 +526,7 @@ func TestNewValidation(t *testing.T) {
 		also  error
 	}{
 		{"nil store", nil, []ratelimit.Option{valid}, nil},
+		{"typed nil store", (*memory.Store)(nil), []ratelimit.Option{valid}, nil},
 		{"no limits", newStore(t, time.Now), nil, nil},
 		{"empty WithLimits", newStore(t, time.Now), []ratelimit.Option{ratelimit.WithLimits()}, nil},
 		{"invalid limit", newStore(t, time.Now), []ratelimit.Option{ratelimit.WithLimits(ratelimit.PerMinute(0))}, ratelimit.ErrInvalidLimit},

@@ -25,7 +25,8 @@ type Request struct {
 	// Limit is the policy to enforce. It must be valid (Limit.Err() == nil).
 	Limit *Limit
 	// Cost is the number of units to charge. In Take it must be ≥ 0; 0
-	// peeks at the state without charging. In Adjust it may be negative (a
+	// peeks at the state without charging (refused only while the limit
+	// is in debt). In Adjust it may be negative (a
 	// refund).
 	Cost int64
 	// At is used by Adjust only: when the usage being settled was charged,
@@ -130,9 +131,12 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 // an empty one, more is debt left by Adjust; it drains at drain internal
 // units per microsecond.
 type State struct {
-	Level   int64
+	// Level is the level, TAT or count of the current window: see the table.
+	Level int64
+	// Updated is the time of the last update or the window's start, in µs.
 	Updated int64
-	Prev    int64
+	// Prev is the previous window's count (SlidingWindow only).
+	Prev int64
 	// Log holds one admission time (µs since the Unix epoch) per admitted
 	// unit, oldest first. The pure functions never modify a Log they are
 	// given: they return a new slice when it changes, so a store can

@@ -62,7 +62,7 @@ func main() {
 	flag.Int64Var(&o.tpd, "tpd", 100_000, "AI tokens per day per API key of the free plan")
 	flag.Int64Var(&o.proRPM, "pro-rpm", 600, "requests per minute per API key of the pro plan (sk-pro-…)")
 	flag.Int64Var(&o.proTPD, "pro-tpd", 2_000_000, "AI tokens per day per API key of the pro plan")
-	flag.DurationVar(&o.storeTimeout, "store-timeout", ratelimit.DefaultStoreTimeout, "deadline of each store call (then FailOpen applies)")
+	flag.DurationVar(&o.storeTimeout, "store-timeout", 0, "deadline of each store call, then FailOpen applies (default: the library's 50ms with -redis; 1s for the embedded miniredis, which runs Lua interpreted in this process and queues a burst)")
 	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
 	flag.BoolVar(&o.demo, "demo", false, "run the seed scenario against 5 instances and exit (0 only if every limit held exactly)")
 	flag.Parse()
@@ -168,6 +168,12 @@ func serve(o options) error {
 	if err != nil {
 		return fmt.Errorf("-addr port: %w", err)
 	}
+	if o.storeTimeout == 0 {
+		o.storeTimeout = ratelimit.DefaultStoreTimeout
+		if o.redisURL == "" {
+			o.storeTimeout = time.Second
+		}
+	}
 	client, _, stop, err := newRedisClient(o.redisURL)
 	if err != nil {
 		return err
@@ -221,8 +227,9 @@ Try it:
        -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
   curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 403: unknown plan
   curl -si http://%[7]s/v1/chat/completions -d '{}'                                   # 401: no API key
-  for i in $(seq 65); do curl -s -o /dev/null -w '%%{http_code} ' http://%[7]s/v1/chat/completions \
-       -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}'; done; echo
+  seq 70 | xargs -P 70 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[7]s/v1/chat/completions \
+       -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' \
+       | sort | uniq -c                                                               # 70 at once: 60 × 200, 10 × 429
 
 Ctrl-C stops.
 `, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, first)

@@ -97,6 +97,14 @@ func WithPrefix(prefix string) Option {
 // tests with a fake clock, or when every instance runs NTP-disciplined
 // clocks you trust. now must not be nil; its result is taken to microsecond
 // precision.
+//
+// Keys still expire by the server's own clock (PEXPIRE), after the time
+// until the limit is full again as the given clock measured it. With a fake
+// clock that runs slower than real time (a frozen test clock), a real
+// server may therefore forget a key before the fake clock says it is full,
+// and admit more than the model would; miniredis, whose expiry follows its
+// SetTime clock, and the memory store do not. Tests that drive a real server
+// with a fake clock must keep the fake time ahead of, or close to, real time.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {
