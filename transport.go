@@ -60,6 +60,16 @@ type Transport struct {
 	// per day) would throw away its budget. An unknown name is an error
 	// wrapping ErrUnknownLimit.
 	PauseLimit string
+	// MaxPause bounds how long one vendor answer can pause the key: a
+	// longer wait (a Retry-After of 99999999999 seconds, say, from a
+	// misbehaving or hostile vendor) is clamped to it, so that one
+	// response cannot stop every worker sharing the store for years.
+	// Zero, the default, means the longer of DefaultMaxPause (one hour)
+	// and the pause limit's Period. Must be ≥ 0. After the pause, a call
+	// that still gets a 429 pauses the key again, so a clamp that is too
+	// short costs one call per MaxPause, while one that is too long
+	// stops the fleet for nothing.
+	MaxPause time.Duration
 
 	mu  sync.Mutex       // serialises pauses, so concurrent 429s do not add up
 	now func() time.Time // the clock for HTTP-date waits; nil: time.Now
@@ -69,8 +79,8 @@ type Transport struct {
 // the response. It implements http.RoundTripper: it does not modify req,
 // and it closes req.Body, even on errors.
 //
-// Errors before sending: a nil Limiter or negative RetryOn429 (wrapping
-// ErrInvalidConfig), an unknown PauseLimit (ErrUnknownLimit), an empty key
+// Errors before sending: a nil Limiter, negative RetryOn429 or negative
+// MaxPause (wrapping ErrInvalidConfig), an unknown PauseLimit (ErrUnknownLimit), an empty key
 // or costs that do not match the limits (ErrInvalidRequest), a Cost error,
 // a cost above a limit's burst (ErrNeverFits), the end of req's context,
 // or a store failure under FailClosed. Under FailOpen a failing store lets
@@ -88,6 +98,8 @@ type Transport struct {
 //     "12ms") or plain seconds; the longest of those whose
 //     x-ratelimit-remaining-* is 0 or absent, else the longest of all.
 //
+// The wait is clamped to MaxPause (by default the longer of
+// DefaultMaxPause and the pause limit's Period).
 // With a positive wait it pauses the key for every worker sharing the
 // store: it reads the pause limit's state (a Take of cost 0) and charges it
 // (Adjust) with the least debt that holds the key's next call back until
@@ -126,6 +138,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("%w: Transport without a Limiter", ErrInvalidConfig)
 	case t.RetryOn429 < 0:
 		return nil, fmt.Errorf("%w: Transport.RetryOn429 is %d, must be ≥ 0", ErrInvalidConfig, t.RetryOn429)
+	case t.MaxPause < 0:
+		return nil, fmt.Errorf("%w: Transport.MaxPause is %v, must be ≥ 0", ErrInvalidConfig, t.MaxPause)
 	}
 	pauseAt, err := t.pauseLimit()
 	if err != nil {
@@ -260,8 +274,9 @@ func refillsSooner(a, b *Limit) bool {
 }
 
 // pause charges limit lim of key with the debt that holds the key's next
-// call back for wait (see RoundTrip).
+// call back for wait, clamped to maxPause (see RoundTrip).
 func (t *Transport) pause(ctx context.Context, key string, lim *Limit, wait time.Duration) error {
+	wait = min(wait, t.maxPause(lim))
 	l := t.Limiter
 	ctx = context.WithoutCancel(ctx) // the fleet must learn of the pause
 	t.mu.Lock()
@@ -275,6 +290,28 @@ func (t *Transport) pause(ctx context.Context, key string, lim *Limit, wait time
 		return nil
 	}
 	return l.storeCall(ctx, l.store.Adjust, []Request{{Key: key, Limit: lim, Cost: units}}, out)
+}
+
+// DefaultMaxPause is the bound on the pause one vendor answer may cause
+// when Transport.MaxPause is zero (raised to the pause limit's Period when
+// that is longer). Vendors' own waits are bounded by their windows, which
+// the client does not know: an hour covers the per-minute and per-hour
+// windows that Retry-After and OpenAI's x-ratelimit-reset-* fields
+// usually name (waits of seconds to minutes, as 1m30s), and the pause
+// limit's Period covers a quota we hold per day: one full period of our
+// own limit grants the key its quota afresh. A longer legitimate wait
+// (a vendor's daily quota exhausted) costs one call per hour, each
+// answered 429 and pausing the key again.
+const DefaultMaxPause = time.Hour
+
+// maxPause returns the longest pause of limit lim one vendor answer may
+// cause: MaxPause, or when it is zero, the longer of DefaultMaxPause and
+// lim's Period.
+func (t *Transport) maxPause(lim *Limit) time.Duration {
+	if t.MaxPause > 0 {
+		return t.MaxPause
+	}
+	return max(DefaultMaxPause, lim.Period())
 }
 
 // pauseUnits returns the units to charge lim, whose state d describes (a

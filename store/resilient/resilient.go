@@ -157,6 +157,14 @@ func (s *Store) Drain(ctx context.Context) error {
 // fallback point to the caller's Limits (reqs[i].Limit), with Remaining and
 // Reset of the scaled limit. A failed or timed-out primary call is never
 // retried: its outcome is unknown.
+//
+// A cost above a scaled burst but within the caller's own Limit.Burst is
+// refused by the fallback, but not with RetryNever: it fits once the
+// primary decides again. Its RetryAfter is the time until the circuit's
+// next probe while the circuit is open, else (the circuit is closed or
+// half-open, or the probe is due) the initial backoff (WithBackoff): the
+// earliest moment at which the primary may decide the retry. A cost above
+// the caller's Limit.Burst stays RetryNever.
 func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	return s.do(ctx, OpTake, reqs, out)
 }
@@ -251,6 +259,13 @@ func (s *Store) notDecided(ctx context.Context, op Op, kind ErrorKind, err error
 	}
 	for i := range reqs {
 		out[i].Limit = reqs[i].Limit
+		if out[i].Never() && reqs[i].Cost <= reqs[i].Limit.Burst() {
+			// Too big for the scaled burst, not for the limit: the
+			// primary may admit it once it is back. Refuse it for
+			// now, retryable (see Take).
+			out[i].Allowed = false
+			out[i].RetryAfter = s.breaker.retryIn()
+		}
 	}
 	s.fallbacks.Add(1)
 	if s.hooks.OnFallback != nil {

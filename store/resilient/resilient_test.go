@@ -552,3 +552,85 @@ func TestPrimaryPanicIsAnError(t *testing.T) {
 	require.ErrorContains(t, err, "primary store panicked: boom")
 	require.Equal(t, uint64(1), s.Stats().Errors)
 }
+
+// TestFallbackCostAboveScaledBurst: PerDay(100_000) split five ways is a
+// fallback burst of 20,000. A cost of 30,000 fits the real burst, so the
+// fallback's Never becomes a retryable refusal: RetryAfter is the time
+// until the circuit's probe (the 1 s backoff, then what is left of it),
+// or the initial backoff while the circuit is closed. A cost of 100,001
+// exceeds the real burst and stays Never. Nothing is charged by refusals.
+func TestFallbackCostAboveScaledBurst(t *testing.T) {
+	p := &primary{fail: errDown}
+	clk := &clock{t: t0}
+	local, err := memory.New(memory.WithClock(clk.Now))
+	require.NoError(t, err)
+	s, err := resilient.New(p, resilient.WithFailureThreshold(2), resilient.WithJitter(0), resilient.WithClock(clk.Now),
+		resilient.WithBackoff(time.Second, 8*time.Second), resilient.WithFallback(local, resilient.EvenShare(5)))
+	require.NoError(t, err)
+	l := ratelimit.PerDay(100_000).Named("tokens")
+	takeCost := func(cost int64) ratelimit.Decision {
+		t.Helper()
+		out := make([]ratelimit.Decision, 1)
+		require.NoError(t, s.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: &l, Cost: cost}}, out))
+		require.Same(t, &l, out[0].Limit)
+		return out[0]
+	}
+
+	// First failure: the circuit stays closed; retry after the backoff.
+	d := takeCost(30_000)
+	require.False(t, d.Allowed)
+	require.False(t, d.Never())
+	require.Equal(t, time.Second, d.RetryAfter)
+	require.Equal(t, resilient.Closed, s.State())
+
+	// Second failure opens the circuit until t0 + 1 s.
+	d = takeCost(30_000)
+	require.False(t, d.Never())
+	require.Equal(t, time.Second, d.RetryAfter)
+	require.Equal(t, resilient.Open, s.State())
+
+	clk.Add(300 * time.Millisecond)
+	d = takeCost(30_000)
+	require.False(t, d.Allowed)
+	require.Equal(t, 700*time.Millisecond, d.RetryAfter)
+
+	// Above the real burst: never.
+	d = takeCost(100_001)
+	require.False(t, d.Allowed)
+	require.True(t, d.Never())
+	require.Equal(t, ratelimit.RetryNever, d.RetryAfter)
+
+	// The whole scaled burst is still there: nothing was charged.
+	d = takeCost(20_000)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(0), d.Remaining)
+	require.Equal(t, 2, p.count())
+}
+
+// TestFallbackSeesLimitChangedInPlace: the fallback scales the limit
+// behind the pointer as it is now, not as it was at the first call.
+// PerDay(1) split five ways is max(1, 0) = 1 per day: the second take on
+// a fresh key is refused (the stale PerDay(100_000) would admit 20,000).
+func TestFallbackSeesLimitChangedInPlace(t *testing.T) {
+	clk := &clock{t: t0}
+	local, err := memory.New(memory.WithClock(clk.Now))
+	require.NoError(t, err)
+	s, err := resilient.New(&primary{fail: errDown}, resilient.WithJitter(0), resilient.WithClock(clk.Now),
+		resilient.WithFallback(local, resilient.EvenShare(5)))
+	require.NoError(t, err)
+	lim := ratelimit.PerDay(100_000).Named("tokens")
+	d, err := take(t, s, &lim)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(19_999), d.Remaining)
+
+	lim = ratelimit.PerDay(1).Named("tokens2")
+	out := make([]ratelimit.Decision, 1)
+	req := []ratelimit.Request{{Key: "fresh", Limit: &lim, Cost: 1}}
+	require.NoError(t, s.Take(t.Context(), req, out))
+	require.True(t, out[0].Allowed)
+	require.Equal(t, int64(0), out[0].Remaining)
+	require.NoError(t, s.Take(t.Context(), req, out))
+	require.False(t, out[0].Allowed)
+	require.Equal(t, 24*time.Hour, out[0].RetryAfter)
+}

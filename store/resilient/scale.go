@@ -88,27 +88,45 @@ func ScaleLimit(l ratelimit.Limit, s Share) (ratelimit.Limit, error) {
 	return sl, nil
 }
 
-// maxScaled bounds the cache of scaled limits. Limiters pass pointers to
-// limits they hold for their whole life, so the cache normally holds one
-// entry per configured limit; a caller that builds a fresh Limit per call
+// maxScaled bounds the cache of scaled limits. The cache holds one entry
+// per distinct limit (see scaleKey), so it normally holds one entry per
+// configured limit; a caller that builds limits with ever new parameters
 // would otherwise grow it without end.
 const maxScaled = 4096
 
-// scaler caches ScaleLimit per original Limit pointer.
+// scaleKey identifies an original limit by value: its ID (name, algorithm,
+// window alignment, quota, period and burst) and its shadow flag, which
+// together determine every field of its scaled copy that the fallback
+// store enforces. The cost function and unit, which only describe the
+// limit, are not part of it: Decisions point back to the caller's Limit.
+// Keying by value rather than by *Limit means that a Limit changed behind
+// its pointer is scaled afresh instead of enforced from a stale copy.
+type scaleKey struct {
+	id     string
+	shadow bool
+}
+
+// scaler caches ScaleLimit per original limit (scaleKey).
 type scaler struct {
 	share Share
 	mu    sync.RWMutex
-	cache map[*ratelimit.Limit]*ratelimit.Limit
+	cache map[scaleKey]*ratelimit.Limit
 }
 
 func newScaler(s Share) *scaler {
-	return &scaler{share: s, cache: make(map[*ratelimit.Limit]*ratelimit.Limit)}
+	return &scaler{share: s, cache: make(map[scaleKey]*ratelimit.Limit)}
 }
 
-// scaled returns the cached scaled copy of l, computing it on first use.
+// scaled returns the cached scaled copy of *l, computing it on first use.
 func (sc *scaler) scaled(l *ratelimit.Limit) (*ratelimit.Limit, error) {
+	if err := l.Err(); err != nil {
+		// An invalid limit has no ID: never cache it.
+		_, err := ScaleLimit(*l, sc.share)
+		return nil, err
+	}
+	k := scaleKey{id: l.ID(), shadow: l.IsShadow()}
 	sc.mu.RLock()
-	s, ok := sc.cache[l]
+	s, ok := sc.cache[k]
 	sc.mu.RUnlock()
 	if ok {
 		return s, nil
@@ -119,13 +137,13 @@ func (sc *scaler) scaled(l *ratelimit.Limit) (*ratelimit.Limit, error) {
 	}
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	if s, ok := sc.cache[l]; ok {
+	if s, ok := sc.cache[k]; ok {
 		return s, nil
 	}
 	if len(sc.cache) >= maxScaled {
 		clear(sc.cache)
 	}
-	sc.cache[l] = &v
+	sc.cache[k] = &v
 	return &v, nil
 }
 

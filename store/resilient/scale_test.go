@@ -80,7 +80,7 @@ func TestScaleLimitErrors(t *testing.T) {
 	require.ErrorIs(t, err, ratelimit.ErrInvalidLimit)
 }
 
-func TestScalerCachesPerPointer(t *testing.T) {
+func TestScalerCachesPerIdentity(t *testing.T) {
 	sc := newScaler(EvenShare(2))
 	a, b := ratelimit.PerMinute(60), ratelimit.PerMinute(60)
 	sa1, err := sc.scaled(&a)
@@ -88,16 +88,37 @@ func TestScalerCachesPerPointer(t *testing.T) {
 	sa2, err := sc.scaled(&a)
 	require.NoError(t, err)
 	require.Same(t, sa1, sa2)
+	// Equal limits behind different pointers share one entry.
 	sb, err := sc.scaled(&b)
 	require.NoError(t, err)
-	require.NotSame(t, sa1, sb)
+	require.Same(t, sa1, sb)
 	require.Equal(t, int64(30), sb.Quota())
-	require.Equal(t, 2, sc.len())
+	require.Equal(t, 1, sc.len())
 
-	// A caller that builds a Limit per call cannot grow the cache past
+	// A limit changed behind its pointer is scaled afresh.
+	a = ratelimit.PerMinute(10)
+	sa3, err := sc.scaled(&a)
+	require.NoError(t, err)
+	require.Equal(t, int64(5), sa3.Quota())
+	require.Equal(t, int64(5), sa3.Burst())
+	// So is one that differs only in its shadow flag.
+	a = ratelimit.PerMinute(10).Shadow()
+	sa4, err := sc.scaled(&a)
+	require.NoError(t, err)
+	require.True(t, sa4.IsShadow())
+	require.False(t, sa3.IsShadow())
+	require.Equal(t, 3, sc.len())
+
+	// An invalid limit is an error and is not cached.
+	a = ratelimit.PerMinute(0)
+	_, err = sc.scaled(&a)
+	require.ErrorIs(t, err, ratelimit.ErrInvalidLimit)
+	require.Equal(t, 3, sc.len())
+
+	// Limits with ever new parameters cannot grow the cache past
 	// maxScaled: it is cleared when full.
-	for range maxScaled {
-		l := ratelimit.PerMinute(60)
+	for i := range maxScaled {
+		l := ratelimit.PerMinute(int64(100 + i))
 		_, err := sc.scaled(&l)
 		require.NoError(t, err)
 	}
