@@ -288,7 +288,12 @@ func runDemo(w io.Writer, o options) error {
 	var salt [4]byte
 	_, _ = rand.Read(salt[:])
 	prefix := "rampmeter-demo:" + hex.EncodeToString(salt[:]) + ":"
-	shared, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithClock(clock.Now))
+	// The frozen clock runs behind a real server's, which expires keys by
+	// its own clock: keep keys past their frozen-clock expiry (a kept key
+	// decides exactly like a fresh one, so no figure changes), or a slow
+	// machine could see a server forget a key between two of its requests.
+	shared, err := redisstore.New(client, redisstore.WithPrefix(prefix), redisstore.WithClock(clock.Now),
+		redisstore.WithExpiryMargin(10*time.Minute))
 	if err != nil {
 		return err
 	}

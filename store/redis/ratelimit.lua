@@ -13,7 +13,10 @@
 --   ARGV[1]   "t" = Take (all or nothing), "a" = Adjust (no check)
 --   ARGV[2]   now in microseconds since the Unix epoch, or "" to read the
 --             Redis server clock (TIME)
---   ARGV[3 + 8(i-1) ...], eight per request:
+--   ARGV[3]   milliseconds added to every key's expiry (WithExpiryMargin);
+--             a state kept past its expiry decides like a key never seen,
+--             so a margin changes no decision
+--   ARGV[4 + 8(i-1) ...], eight per request:
 --     algo    "t" token bucket, "l" leaky bucket, "g" GCRA, "f" fixed
 --             window, "F" fixed window aligned to the first hit, "s"
 --             sliding-window counter, "o" sliding log
@@ -557,6 +560,7 @@ else
   now = tonumber(ARGV[2])
 end
 local is_take = ARGV[1] == 't'
+local margin = tonumber(ARGV[3])
 
 -- Per distinct key: the stored string (for peeks after a refusal), the
 -- working state, whether a request changed it, and the request params.
@@ -567,7 +571,7 @@ local refused = false
 
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local b = 3 + 8 * (i - 1)
+  local b = 4 + 8 * (i - 1)
   local p = {
     algo = ARGV[b],
     scale = tonumber(ARGV[b + 1]),
@@ -642,7 +646,7 @@ for _, key in ipairs(order) do
       end
     else
       -- Whole milliseconds, rounded up: the key must outlive its state.
-      redis.call('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000))
+      redis.call('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000) + margin)
     end
   end
 end

@@ -52,6 +52,7 @@ type Option func(*config) error
 
 type config struct {
 	prefix        string
+	margin        time.Duration
 	now           func() time.Time
 	secret        []byte
 	ignoreCtxTime bool // AllowContextTimeoutDisabled
@@ -87,6 +88,23 @@ func WithPrefix(prefix string) Option {
 			return fmt.Errorf("%w: key prefix %q contains '{' or '}' (the store adds its own Cluster hash tag)", ErrInvalidOption, prefix)
 		}
 		c.prefix = prefix
+		return nil
+	}
+}
+
+// WithExpiryMargin keeps every key d longer than the time until its state is
+// equivalent to a key never seen (default 0). A state kept past that time
+// decides exactly like a fresh key, so a margin changes no decision; it only
+// costs memory. Use it with WithClock when the given clock may run behind
+// the server's (a frozen test clock, skewed hosts): keys expire by the
+// server's clock, and without a margin such a server can forget a key early.
+// d must be between 0 and 24 hours; it is rounded up to whole milliseconds.
+func WithExpiryMargin(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 || d > 24*time.Hour {
+			return fmt.Errorf("%w: expiry margin %v out of [0, 24h]", ErrInvalidOption, d)
+		}
+		c.margin = d
 		return nil
 	}
 }
@@ -138,11 +156,12 @@ func WithKeySecret(secret []byte) Option {
 // use. See the package documentation for its keys, clock and failure
 // behaviour.
 type Store struct {
-	client  redis.UniversalClient
-	prefix  string
-	now     func() time.Time // nil: Redis TIME
-	sharded bool             // Cluster or Ring: one caller key per call
-	hmacs   sync.Pool        // of *hasher, HMAC-SHA256 keyed with the secret
+	client   redis.UniversalClient
+	prefix   string
+	now      func() time.Time // nil: Redis TIME
+	marginMs int64            // WithExpiryMargin, in ms
+	sharded  bool             // Cluster or Ring: one caller key per call
+	hmacs    sync.Pool        // of *hasher, HMAC-SHA256 keyed with the secret
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -173,7 +192,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{client: client, prefix: c.prefix, now: c.now}
+	s := &Store{client: client, prefix: c.prefix, now: c.now, marginMs: (c.margin + time.Millisecond - 1).Milliseconds()}
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		s.sharded = true
@@ -300,13 +319,14 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 		return err
 	}
 	keys := make([]string, len(reqs))
-	args := make([]any, 2, 2+8*len(reqs))
+	args := make([]any, 3, 3+8*len(reqs))
 	args[0] = mode
 	if s.now != nil {
 		args[1] = ratelimit.Micros(s.now())
 	} else {
 		args[1] = ""
 	}
+	args[2] = s.marginMs
 
 	// Hash each distinct caller key once. Calls usually stack a handful of
 	// limits, for which a linear look-back beats a map.

@@ -451,3 +451,26 @@ func TestStoreErrors(t *testing.T) {
 	var opErr interface{ Timeout() bool }
 	require.True(t, errors.As(err, &opErr), "the go-redis error stays reachable: %v", err)
 }
+
+// WithExpiryMargin lengthens every key's expiry by the margin and changes no
+// decision: PerSecond(1) charged once is full again after 1 s, so the key
+// lives 1,000 ms plus the 60,000 ms margin.
+func TestExpiryMargin(t *testing.T) {
+	e := newMini(t, redisstore.WithExpiryMargin(time.Minute))
+	l := ratelimit.PerSecond(1)
+	out := make([]ratelimit.Decision, 1)
+	require.NoError(t, e.store.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, out))
+	assert.Equal(t, time.Second, out[0].Reset)
+	assert.Equal(t, time.Second+time.Minute, e.mr.TTL(e.store.Key("k", &l)))
+
+	// Past the state's own expiry the kept key decides like a fresh one.
+	e.advance(1500 * time.Millisecond)
+	require.NoError(t, e.store.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, out))
+	assert.True(t, out[0].Allowed)
+	assert.Equal(t, int64(0), out[0].Remaining)
+
+	for _, d := range []time.Duration{-time.Millisecond, 25 * time.Hour} {
+		_, err := redisstore.New(e.client, redisstore.WithExpiryMargin(d))
+		assert.ErrorIs(t, err, redisstore.ErrInvalidOption, d.String())
+	}
+}
