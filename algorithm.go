@@ -152,8 +152,8 @@ func (l *Limit) drainTo(s State, now int64) State {
 		return s
 	}
 	elapsed := now - s.Updated
-	if elapsed >= ceilDiv(s.Level, l.drain) {
-		s.Level = 0
+	if elapsed >= s.Level || elapsed >= ceilDiv(s.Level, l.drain) {
+		s.Level = 0 // (drain ≥ 1, so elapsed ≥ Level already drains it)
 	} else {
 		s.Level -= elapsed * l.drain
 	}

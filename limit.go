@@ -427,8 +427,11 @@ func (l Limit) Params() (scale, drain, capacity int64) {
 
 // ceilDiv returns ceil(a/b) for a ≥ 0, b > 0.
 func ceilDiv(a, b int64) int64 {
-	if a <= 0 {
+	switch {
+	case a <= 0:
 		return 0
+	case b == 1: // most rates have drain 1; skip the costly division
+		return a
 	}
 	return (a-1)/b + 1
 }
