@@ -342,11 +342,13 @@ func pauseUnits(lim *Limit, d *Decision, wait int64) int64 {
 // vendorWait reads how long a 429 or 503 response with header h asks the
 // client to wait, as RoundTrip documents; now is the local clock, for an
 // HTTP-date without a Date field. ok is false when h names no wait. A date
-// in the past is a wait of 0.
+// in the past is a wait of 0; every wait is capped at 100 years (maxPeriod),
+// so no header can overflow the arithmetic that follows (MaxPause bounds it
+// further).
 func vendorWait(status int, h http.Header, now time.Time) (wait time.Duration, ok bool) {
 	if v := h.Get("Retry-After-Ms"); v != "" {
 		if ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && ms >= 0 && !math.IsInf(ms, 0) {
-			return floatDuration(ms * float64(time.Millisecond)), true
+			return min(maxPeriod, floatDuration(ms*float64(time.Millisecond))), true
 		}
 	}
 	if v := strings.TrimSpace(h.Get("Retry-After")); v != "" {
@@ -361,7 +363,7 @@ func vendorWait(status int, h http.Header, now time.Time) (wait time.Duration, o
 			if date, err := http.ParseTime(h.Get("Date")); err == nil {
 				now = date
 			}
-			return max(0, at.Sub(now)), true
+			return min(maxPeriod, max(0, at.Sub(now))), true // a date centuries ahead is "huge", like the digits
 		}
 	}
 	if status != http.StatusTooManyRequests {
@@ -384,9 +386,9 @@ func vendorWait(status int, h http.Header, now time.Time) (wait time.Duration, o
 	case !found:
 		return 0, false
 	case exhausted > 0:
-		return exhausted, true
+		return min(maxPeriod, exhausted), true
 	default:
-		return all, true
+		return min(maxPeriod, all), true
 	}
 }
 
