@@ -347,9 +347,15 @@ func (m *Metrics) onStoreError(_ context.Context, err error) {
 }
 
 // SetCircuitState sets circuit_open{circuit=name} to 1 when open, else 0.
-// Call it from a circuit breaker's state-change callback (a half-open
-// breaker, which lets probes through, is not open). name identifies the
-// breaker, e.g. the store's name; keep the set of names bounded.
+// Call it from a circuit breaker's state-change callback, with open true
+// whenever the breaker keeps calls from the store: for store/resilient,
+//
+//	resilient.WithHooks(resilient.Hooks{OnCircuitChange: func(_, to resilient.State) {
+//		m.SetCircuitState("redis", to != resilient.Closed) // half-open lets only its probe through
+//	}})
+//
+// name identifies the breaker, e.g. the store's name; keep the set of names
+// bounded.
 func (m *Metrics) SetCircuitState(name string, open bool) {
 	v := 0.0
 	if open {
