@@ -57,7 +57,7 @@ func startFleet(stores []ratelimit.Store, plans *ratelimit.Plans, o options) (*f
 			f.stop()
 			return nil, err
 		}
-		srv := &http.Server{Handler: newRouter(lim), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: newRouter(lim, nil), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		f.urls = append(f.urls, "http://"+ln.Addr().String()+"/v1/chat/completions")
 		f.limiters = append(f.limiters, lim)

@@ -36,9 +36,12 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rampmeter/ratelimit"
+	rmprom "github.com/rampmeter/ratelimit/metrics/prometheus"
 	redisstore "github.com/rampmeter/ratelimit/store/redis"
 )
 
@@ -52,6 +55,7 @@ type options struct {
 	instances    int
 	demo         bool
 	storeTimeout time.Duration
+	hooks        ratelimit.Hooks // metrics when serving; none in -demo
 }
 
 func main() {
@@ -141,14 +145,18 @@ func newLimiter(store ratelimit.Store, plans *ratelimit.Plans, o options) (*rate
 		ratelimit.WithOpenAIErrors(),
 		ratelimit.WithFailureMode(ratelimit.FailOpen),
 		ratelimit.WithStoreTimeout(o.storeTimeout),
+		ratelimit.WithHooks(o.hooks),
 	)
 }
 
 // newRouter is one instance of the API.
-func newRouter(lim *ratelimit.Limiter) http.Handler {
+func newRouter(lim *ratelimit.Limiter, metrics http.Handler) http.Handler {
 	r := chi.NewRouter()
 	r.Use(middleware.Recoverer)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if metrics != nil {
+		r.Handle("/metrics", metrics)
+	}
 	r.Group(func(r chi.Router) {
 		r.Use(lim.Handler)
 		r.Post("/v1/chat/completions", completions)
@@ -179,10 +187,20 @@ func serve(o options) error {
 		return err
 	}
 	defer stop()
-	store, err := redisstore.New(client)
+	rstore, err := redisstore.New(client)
 	if err != nil {
 		return err
 	}
+	// Prometheus metrics for the whole process at /metrics on every
+	// instance: decisions by policy and outcome, store errors and latency.
+	reg := prometheus.NewRegistry()
+	m, err := rmprom.New(reg)
+	if err != nil {
+		return err
+	}
+	store := m.InstrumentStore(rstore)
+	o.hooks = m.Hooks()
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	plans, err := newPlans(o)
 	if err != nil {
 		return err
@@ -198,7 +216,7 @@ func serve(o options) error {
 			return err
 		}
 		addr := net.JoinHostPort(host, strconv.Itoa(port+i))
-		srv := &http.Server{Addr: addr, Handler: newRouter(lim), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Addr: addr, Handler: newRouter(lim, metrics), ReadHeaderTimeout: 5 * time.Second}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return err
@@ -227,6 +245,7 @@ Try it:
        -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
   curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 403: unknown plan
   curl -si http://%[7]s/v1/chat/completions -d '{}'                                   # 401: no API key
+  curl -s http://%[7]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
   seq 70 | xargs -P 70 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[7]s/v1/chat/completions \
        -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' \
        | sort | uniq -c                                                               # 70 at once: 60 × 200, 10 × 429
