@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/clocktest"
 	"github.com/rampmeter/ratelimit/store/memory"
 )
 
@@ -21,24 +22,9 @@ import (
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // fakeClock is a manual clock shared by a test and its store.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type fakeClock = clocktest.Clock
 
-func newClock() *fakeClock { return &fakeClock{now: epoch} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *fakeClock { return clocktest.New(epoch) }
 
 // adjustCall records one Store.Adjust.
 type adjustCall struct {

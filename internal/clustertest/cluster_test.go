@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/clocktest"
 	redisstore "github.com/rampmeter/ratelimit/store/redis"
 )
 
@@ -203,24 +203,6 @@ func keySlot(key string) int {
 	return int(crc16(key) % 16384)
 }
 
-// fakeClock is the store's clock (WithClock), moved by the test.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // model is the reference store: the pure functions of package ratelimit
 // on a map of states, committing a Take only when every limit admits.
 type model map[string]ratelimit.State
@@ -289,7 +271,7 @@ func TestClusterStackedLimits(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
 	cc := c.client(t)
-	clock := &fakeClock{t: t0}
+	clock := clocktest.New(t0)
 	prefix := "rmcluster:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	store, err := redisstore.New(cc, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix))
 	require.NoError(t, err)
@@ -359,7 +341,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	c := startCluster(t)
 	ctx := context.Background()
 	cc := c.client(t)
-	clock := &fakeClock{t: t0}
+	clock := clocktest.New(t0)
 	prefix := "rmcluster:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
 	store, err := redisstore.New(cc, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix))
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,28 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/clocktest"
 	"github.com/rampmeter/ratelimit/store/memory"
 )
 
 var epoch = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 // clock is a manual clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+type clock = clocktest.Clock
 
 // slowStore advances a clock by d during every call to s (or returns err
 // instead of calling s when err is set): a store whose latency is d by
@@ -76,10 +61,10 @@ func TestScriptedSequence(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m, err := New(reg)
 	require.NoError(t, err)
-	latencyClock := &clock{now: epoch}
+	latencyClock := clocktest.New(epoch)
 	m.now = latencyClock.Now
 
-	storeClock := &clock{now: epoch}
+	storeClock := clocktest.New(epoch)
 	mem, err := memory.New(memory.WithClock(storeClock.Now))
 	require.NoError(t, err)
 	limits := ratelimit.WithLimits(
@@ -260,7 +245,7 @@ func TestOptions(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m, err := New(reg, WithNamespace(""), WithLatencyBuckets(0.5, 1))
 	require.NoError(t, err)
-	c := &clock{now: epoch}
+	c := clocktest.New(epoch)
 	m.now = c.Now
 	err = m.InstrumentStore(&slowStore{c: c, d: 3 * time.Second / 4, err: errors.New("x")}).Take(context.Background(), nil, nil)
 	require.Error(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/clocktest"
 	"github.com/rampmeter/ratelimit/internal/redistest"
 	redisstore "github.com/rampmeter/ratelimit/store/redis"
 )
@@ -62,22 +63,7 @@ func (e *env) advance(d time.Duration) { e.setTime(e.now.Add(d)) }
 // micros is the current test time in µs since the epoch.
 func (e *env) micros() int64 { return ratelimit.Micros(e.now) }
 
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = t
-}
+type fakeClock = clocktest.Clock
 
 // newMini returns an env on a fresh miniredis whose TIME (used by the store,
 // which gets no WithClock) and key expiry follow the test clock.
@@ -99,7 +85,7 @@ func newReal(t *testing.T, opts ...redisstore.Option) *env {
 	t.Helper()
 	client := redistest.Client(t)
 	prefix := redistest.Prefix(t)
-	clock := &fakeClock{t: t0}
+	clock := clocktest.New(t0)
 	opts = append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(clock.Now)}, opts...)
 	s, err := redisstore.New(client, opts...)
 	require.NoError(t, err)
