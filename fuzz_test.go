@@ -310,6 +310,17 @@ func fzPeer(remote string) (netip.Addr, bool) {
 func fzModelKey(a netip.Addr, v4, v6 int) string {
 	a = a.Unmap().WithZone("")
 	bits := v6
+	if a.Is6() {
+		s := a.StringExpanded()
+		switch {
+		case strings.HasPrefix(s, "0064:ff9b:0000:0000:0000:0000:"), // NAT64, RFC 6052
+			strings.HasPrefix(s, "0000:0000:0000:0000:0000:0000:") && !strings.HasPrefix(s[30:], "0000:"): // IPv4-compatible
+			b := a.As16()
+			a = netip.AddrFrom4([4]byte{b[12], b[13], b[14], b[15]})
+		case strings.HasPrefix(s, "fe8"), strings.HasPrefix(s, "fe9"), strings.HasPrefix(s, "fea"), strings.HasPrefix(s, "feb"): // link-local fe80::/10
+			bits = 128
+		}
+	}
 	if a.Is4() {
 		bits = v4
 	}

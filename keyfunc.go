@@ -193,7 +193,7 @@ type IPOption func(*ipConfig)
 
 type ipConfig struct {
 	v4Bits, v6Bits int
-	err            string
+	v4Err, v6Err   string // the last IPv4Prefix / IPv6Prefix option's error
 }
 
 // IPv6Prefix groups IPv6 clients by their first bits bits, 1 to 128
@@ -202,10 +202,10 @@ type ipConfig struct {
 // address separately. Other values make every request fail with 500.
 func IPv6Prefix(bits int) IPOption {
 	return func(c *ipConfig) {
+		c.v6Bits, c.v6Err = bits, ""
 		if bits < 1 || bits > 128 {
-			c.err = fmt.Sprintf("IPv6Prefix(%d): bits must be 1 to 128", bits)
+			c.v6Err = fmt.Sprintf("IPv6Prefix(%d): bits must be 1 to 128", bits)
 		}
-		c.v6Bits = bits
 	}
 }
 
@@ -214,10 +214,10 @@ func IPv6Prefix(bits int) IPOption {
 // fail with 500.
 func IPv4Prefix(bits int) IPOption {
 	return func(c *ipConfig) {
+		c.v4Bits, c.v4Err = bits, ""
 		if bits < 1 || bits > 32 {
-			c.err = fmt.Sprintf("IPv4Prefix(%d): bits must be 1 to 32", bits)
+			c.v4Err = fmt.Sprintf("IPv4Prefix(%d): bits must be 1 to 32", bits)
 		}
-		c.v4Bits = bits
 	}
 }
 
@@ -234,7 +234,13 @@ func IPv4Prefix(bits int) IPOption {
 // address and IPv6 zones are dropped, so one client has one key. IPv6
 // addresses are grouped by prefix (see IPv6Prefix; the key is then the
 // prefix, e.g. "2001:db8:1:2::/64"); IPv4 addresses are keyed exactly
-// unless IPv4Prefix says otherwise. An address that does not parse is
+// unless IPv4Prefix says otherwise. Three kinds of IPv6 address are not
+// grouped, because a /64 of them holds many unrelated clients: addresses
+// of the well-known NAT64 prefix 64:ff9b::/96 (RFC 6052 §2.1) and
+// IPv4-compatible addresses ::a.b.c.d (RFC 4291 §2.5.5.1) are keyed as
+// the IPv4 address they embed, and link-local addresses (fe80::/10, RFC
+// 4291 §2.5.6; every host of a link shares fe80::/64) as the whole
+// address. An address that does not parse is
 // refused with a *StatusError of 400 wrapping ErrMissingKey.
 //
 // Behind a proxy without a ClientIPFrom* middleware every client shares
@@ -246,8 +252,8 @@ func KeyByIP(opts ...IPOption) KeyFunc {
 			o(&cfg)
 		}
 	}
-	if cfg.err != "" {
-		return misconfigured("KeyByIP: %s", cfg.err)
+	if cfg.v4Err != "" || cfg.v6Err != "" {
+		return misconfigured("KeyByIP: %s", strings.TrimSpace(cfg.v4Err+" "+cfg.v6Err))
 	}
 	return func(r *http.Request) (string, error) {
 		ip := middleware.GetClientIPAddr(r.Context())
@@ -264,10 +270,27 @@ func KeyByIP(opts ...IPOption) KeyFunc {
 	}
 }
 
-// ipKey returns the key of ip grouped by the given prefix lengths.
+// nat64Prefix is the well-known NAT64 prefix of RFC 6052 §2.1, whose
+// addresses embed an IPv4 address in their last 32 bits.
+var nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
+
+// ipKey returns the key of ip grouped by the given prefix lengths (see
+// KeyByIP for the IPv6 addresses that are not grouped).
 func ipKey(ip netip.Addr, v4Bits, v6Bits int) string {
 	ip = ip.Unmap().WithZone("")
 	bits := v6Bits
+	if ip.Is6() {
+		b := ip.As16()
+		switch {
+		case nat64Prefix.Contains(ip),
+			// IPv4-compatible: ::a.b.c.d, except :: and ::1 (and the
+			// rest of ::/112, which embeds no routable IPv4 address).
+			[12]byte(b[:12]) == [12]byte{} && b[12]|b[13] != 0:
+			ip = netip.AddrFrom4([4]byte(b[12:]))
+		case ip.IsLinkLocalUnicast():
+			bits = 128
+		}
+	}
 	if ip.Is4() {
 		bits = v4Bits
 	}

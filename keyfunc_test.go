@@ -107,6 +107,16 @@ func TestKeyByIP(t *testing.T) {
 		{"ipv6 /128", "[2001:db8:1:2:3:4:5:6]:443", []ratelimit.IPOption{ratelimit.IPv6Prefix(128)}, "2001:db8:1:2:3:4:5:6", 0},
 		{"mapped ipv4 is ipv4", "[::ffff:192.0.2.7]:80", nil, "192.0.2.7", 0},
 		{"zone stripped", "[fe80::1%eth0]:80", []ratelimit.IPOption{ratelimit.IPv6Prefix(128)}, "fe80::1", 0},
+		{"link-local not grouped", "[fe80::1%eth0]:80", nil, "fe80::1", 0},
+		{"link-local, other host of the link", "[fe80::2]:80", nil, "fe80::2", 0},
+		{"NAT64 keyed as its IPv4", "[64:ff9b::192.0.2.7]:80", nil, "192.0.2.7", 0},
+		{"NAT64 with IPv4 prefix", "[64:ff9b::192.0.2.7]:80", []ratelimit.IPOption{ratelimit.IPv4Prefix(24)}, "192.0.2.0/24", 0},
+		{"NAT64 local-use prefix is grouped", "[64:ff9b:1::c000:207]:80", nil, "64:ff9b:1::/64", 0},
+		{"IPv4-compatible keyed as its IPv4", "[::198.51.100.9]:80", nil, "198.51.100.9", 0},
+		{"loopback ::1 stays IPv6", "[::1]:80", nil, "::/64", 0},
+		{"::/112 stays IPv6", "[::ab]:80", []ratelimit.IPOption{ratelimit.IPv6Prefix(128)}, "::ab", 0},
+		{"later valid option wins", "[2001:db8:1:2::1]:1", []ratelimit.IPOption{ratelimit.IPv6Prefix(0), ratelimit.IPv6Prefix(48)}, "2001:db8:1::/48", 0},
+		{"later invalid option wins", "192.0.2.7:1", []ratelimit.IPOption{ratelimit.IPv4Prefix(24), ratelimit.IPv4Prefix(0)}, "", 500},
 		{"ipv4 /24", "192.0.2.7:1", []ratelimit.IPOption{ratelimit.IPv4Prefix(24)}, "192.0.2.0/24", 0},
 		{"unparsable", "not-an-ip:80", nil, "", 400},
 		{"empty", "", nil, "", 400},
@@ -278,4 +288,37 @@ func TestStatusError(t *testing.T) {
 	assert.Equal(t, "Forbidden", (&ratelimit.StatusError{Code: 403}).Error())
 	assert.Equal(t, 500, (&ratelimit.StatusError{Code: 200}).StatusCode())
 	assert.Equal(t, 500, (&ratelimit.StatusError{Code: 600}).StatusCode())
+}
+
+// TestLimitersSharingAStoreShareStateByLimitID shows the README's warning:
+// a per-IP and a per-key limiter on one store meet when a client picks an
+// API key equal to an IP key and the limits have the same ID, and never
+// when the limits are named apart.
+func TestLimitersSharingAStoreShareStateByLimitID(t *testing.T) {
+	for _, tt := range []struct {
+		name             string
+		ipLimit, kLimit  ratelimit.Limit
+		victimAfterDrain int // the victim's status after the attacker spent its key
+	}{
+		{"default names: shared", ratelimit.PerMinute(2), ratelimit.PerMinute(2), http.StatusTooManyRequests},
+		{"named apart: separate", ratelimit.PerMinute(2).Named("ip-requests"), ratelimit.PerMinute(2).Named("key-requests"), http.StatusOK},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store := newStore(t, newClock().Now)
+			perIP, err := ratelimit.New(store, ratelimit.WithKey(ratelimit.KeyByIP()), ratelimit.WithLimits(tt.ipLimit))
+			require.NoError(t, err)
+			perKey, err := ratelimit.New(store, ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithLimits(tt.kLimit))
+			require.NoError(t, err)
+			ok := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+			attacker := httptest.NewRequest("GET", "/", nil)
+			attacker.RemoteAddr = "198.51.100.66:1"
+			attacker.Header.Set("X-API-Key", "203.0.113.5") // the victim's address
+			for range 2 {
+				assert.Equal(t, http.StatusOK, serve(perKey.Handler(ok), attacker).Code)
+			}
+			victim := httptest.NewRequest("GET", "/", nil)
+			victim.RemoteAddr = "203.0.113.5:1"
+			assert.Equal(t, tt.victimAfterDrain, serve(perIP.Handler(ok), victim).Code)
+		})
+	}
 }
