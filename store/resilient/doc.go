@@ -73,7 +73,13 @@
 // the primary when it ends: during the outage each instance may admit its
 // share's burst afresh, and when the primary returns, every key resumes
 // from the state the primary kept (its usage during the outage unknown to
-// it). Adjust goes to the store that is active when it is called, so a
+// it). This is deliberate: the fallback already held each instance to its
+// share of the rate during the outage, while the primary's state refilled
+// at the same rate, so charging the outage's admissions to the primary at
+// recovery would count that time twice and lock well-behaved keys out for
+// about as long as the outage lasted. The cost is bounded: across the
+// outage and after it, a key gets at most the global limit plus one scaled
+// burst per instance (internal/chaos measures it for every fault). Adjust goes to the store that is active when it is called, so a
 // settlement made just after a state change lands on another store than
 // its Take; such an error is bounded by one reservation per request in
 // flight at the change, and an Adjust is never replayed to the primary.
