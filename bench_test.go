@@ -1,9 +1,11 @@
 package ratelimit_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 
 	"github.com/go-chi/chi/v5"
@@ -93,6 +95,16 @@ func BenchmarkMiddleware(b *testing.B) {
 	})
 	b.Run("one-limit", func(b *testing.B) {
 		lim := benchLimiter(b, ratelimit.WithLimits(huge))
+		runBench(b, router(lim.Handler), benchRequests(keys, false), http.StatusOK)
+	})
+	b.Run("one-limit-hooked", func(b *testing.B) {
+		// Every hook set, as metrics would: the clock is read around the
+		// store call and the hooks get values, not pointers.
+		var calls, decisions atomic.Int64
+		lim := benchLimiter(b, ratelimit.WithLimits(huge), ratelimit.WithHooks(ratelimit.Hooks{
+			OnDecision:  func(context.Context, ratelimit.Result) { decisions.Add(1) },
+			OnStoreCall: func(context.Context, ratelimit.StoreCall) { calls.Add(1) },
+		}))
 		runBench(b, router(lim.Handler), benchRequests(keys, false), http.StatusOK)
 	})
 	b.Run("one-limit-no-headers", func(b *testing.B) {

@@ -221,12 +221,8 @@ func (l *Limiter) settle(s *reqState) {
 	if released {
 		l.stats.released.Add(1)
 	}
-	ctx := context.WithoutCancel(s.Context)
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.store.Adjust(tctx, s.reqs[:n], make([]Decision, n)); err != nil {
-		l.storeError(ctx, tctx, err)
-		return
+	if l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], make([]Decision, n)) != nil {
+		return // counted and reported by call
 	}
 	l.stats.settled.Add(1)
 }

@@ -24,12 +24,22 @@
 // handler reports the real usage with [ReportUsage]; the difference is
 // settled exactly once after the handler returns, however it returns.
 //
+// Observability: [Limiter.Stats] counts outcomes, and [Hooks] report each
+// decided request once with its final [Result] (OnDecision), each store
+// call with its operation, size, duration and error (OnStoreCall), each
+// failed call (OnStoreError; every store-failure error wraps
+// [ErrStoreFailed]) and each request let through without a decision
+// (OnBypass). Package [hooks] logs them with log/slog and joins several
+// Hooks; package [metrics/prometheus] exports them as Prometheus metrics.
+//
 // Algorithms (see [Algorithm]): TokenBucket (default), GCRA, LeakyBucket,
 // SlidingWindow, SlidingLog and FixedWindow. Their math is written once, as
 // pure functions of (state, now, cost) in integer microseconds
 // ([Limit.TakeAt], [Limit.AdjustFrom]); the Redis script mirrors it and the
 // conformance suite in store/storetest holds every store to it.
 //
+// [hooks]: https://pkg.go.dev/github.com/rampmeter/ratelimit/hooks
+// [metrics/prometheus]: https://pkg.go.dev/github.com/rampmeter/ratelimit/metrics/prometheus
 // [store/memory]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/memory
 // [store/redis]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/redis
 package ratelimit

@@ -11,6 +11,10 @@ import (
 // sleep.
 func SetSleep(l *Limiter, f func(ctx context.Context, d time.Duration) error) { l.sleep = f }
 
+// SetClock replaces the clock l measures store calls with
+// (StoreCall.Duration).
+func SetClock(l *Limiter, now func() time.Time) { l.now = now }
+
 // SetTransportClock replaces the clock a Transport measures an HTTP-date
 // Retry-After from when the response has no Date field.
 func SetTransportClock(t *Transport, now func() time.Time) { t.now = now }

@@ -20,9 +20,24 @@ import (
 // options.
 var ErrInvalidConfig = errors.New("ratelimit: invalid configuration")
 
-// ErrStoreTimeout is wrapped (together with context.DeadlineExceeded) by
-// the store errors of calls that did not finish within the store timeout
-// (WithStoreTimeout).
+// ErrStoreFailed is wrapped by every store-failure error the Limiter
+// returns or reports: the error of a store call (Take, Adjust, settlement,
+// Reservation.Cancel, the WithMaxWait refund, a Transport's pause) that
+// failed or missed the store timeout, as returned by Limiter.Take,
+// Limiter.Adjust, Reserve, Wait and Reservation.Cancel, and as given to
+// Hooks.OnStoreError, Hooks.OnStoreCall, Hooks.OnBypass and
+// Rejection.Err. It lets an OnBypass consumer tell a store bypass
+// (errors.Is(reason, ErrStoreFailed), under FailOpen) from a key-function
+// bypass (under WithSkipOnKeyError, whose reason is the key function's
+// error, such as ErrMissingKey). It is not wrapped by the error of a call
+// abandoned because the caller's own context ended first: that is no store
+// failure (and is not counted in Stats.StoreErrors); it wraps the
+// context's error.
+var ErrStoreFailed = errors.New("ratelimit: store call failed")
+
+// ErrStoreTimeout is wrapped (together with ErrStoreFailed and
+// context.DeadlineExceeded) by the store errors of calls that did not
+// finish within the store timeout (WithStoreTimeout).
 var ErrStoreTimeout = errors.New("ratelimit: store call timed out")
 
 // DefaultStoreTimeout is the deadline of each store call unless
@@ -60,22 +75,75 @@ func (m FailureMode) String() string {
 
 // Hooks are optional callbacks for logging and metrics. Each may be nil.
 // They run synchronously on the request's goroutine, so they must be fast
-// and safe for concurrent use; they may keep the Result they are given.
+// and safe for concurrent use; they may keep the Result and StoreCall they
+// are given.
 type Hooks struct {
-	// OnDecision is called for every decision the store makes: each
-	// request the middleware decides (allowed or refused) and each
-	// Limiter.Take that reaches the store. res.ShadowLimited() tells
-	// whether a shadow limit would have refused the request.
+	// OnDecision is called exactly once for every decided request, with
+	// the final Result as the client sees it: each request the middleware
+	// decides (allowed or refused) and each Limiter.Take (so Reserve and
+	// each attempt of Wait) that reaches the store. A request the store
+	// admitted but WithMaxWait refused is reported once, as the refusal
+	// (its reservation refunded). res.ShadowLimited() tells whether a
+	// shadow limit would have refused the request. Requests without a
+	// decision (store failures, key errors) go to OnBypass or nowhere.
 	OnDecision func(ctx context.Context, res Result)
-	// OnStoreError is called for every failed store call (Take, Adjust
-	// or settlement), timeouts included. err wraps ErrStoreTimeout for a
-	// timeout.
+	// OnStoreError is called for every failed store call (Take, Adjust,
+	// settlement, Reservation.Cancel, the WithMaxWait refund), timeouts
+	// included, before OnStoreCall. err wraps ErrStoreFailed, and also
+	// ErrStoreTimeout and context.DeadlineExceeded for a timeout. Calls
+	// abandoned because the caller's context ended are not reported here
+	// (see Stats.StoreErrors).
 	OnStoreError func(ctx context.Context, err error)
 	// OnBypass is called for every request let through without a
 	// decision: the store failed under FailOpen (reason is the store
-	// error) or the key function failed under WithSkipOnKeyError (reason
-	// is its error).
+	// error, which wraps ErrStoreFailed) or the key function failed
+	// under WithSkipOnKeyError (reason is its error, never wrapping
+	// ErrStoreFailed unless the key function's own error does).
 	OnBypass func(ctx context.Context, reason error)
+	// OnStoreCall is called after every store call the Limiter makes,
+	// successful or not: the Take of each decision, the second Take of a
+	// request only shadow limits refused, Limiter.Adjust, the settlement
+	// of reported usage, Reservation.Cancel's read and refunds, the
+	// WithMaxWait refund and a Transport's pauses. For a failed call it
+	// runs after OnStoreError. It is the place to measure store latency
+	// (package metrics/prometheus does). When it is nil the Limiter does
+	// not read the clock.
+	OnStoreCall func(ctx context.Context, call StoreCall)
+}
+
+// StoreOp names the Store method of a StoreCall.
+type StoreOp string
+
+// The Store methods a StoreCall reports.
+const (
+	// OpTake is Store.Take (including the zero-cost reads of
+	// Reservation.Cancel and Transport).
+	OpTake StoreOp = "take"
+	// OpAdjust is Store.Adjust.
+	OpAdjust StoreOp = "adjust"
+)
+
+// StoreCall describes one store call, for Hooks.OnStoreCall. It carries no
+// key.
+type StoreCall struct {
+	// Op is the Store method called.
+	Op StoreOp
+	// Requests is the number of Requests in the call: the number of
+	// limits decided or adjusted at once (≥ 1).
+	Requests int
+	// Duration is the time the call took, measured by the Limiter around
+	// the Store method (so it includes a call that ran into the store
+	// timeout). It is ≥ 0.
+	Duration time.Duration
+	// Err is nil when the call succeeded, else the Limiter's classified
+	// error: it wraps ErrStoreFailed (and ErrStoreTimeout for a timeout),
+	// or, for a call abandoned because the caller's context ended, the
+	// context's error.
+	Err error
+	// Store is the Limiter's store, the one given to New, so a hook
+	// serving several Limiters can tell their stores apart (package
+	// metrics/prometheus uses it not to count a call twice).
+	Store Store
 }
 
 // Result is the decision on one request across all of a Limiter's limits.
@@ -201,18 +269,21 @@ type RejectHandler func(w http.ResponseWriter, r *http.Request, rej Rejection)
 // Stats are counters since the Limiter was created. Each is read
 // atomically, but the set is not one snapshot.
 type Stats struct {
-	// Allowed counts requests (and Take calls) the store admitted.
+	// Allowed counts requests (and Take calls) admitted. Each decided
+	// request counts once, in Allowed, Limited or TooLarge, as
+	// Hooks.OnDecision reports it.
 	Allowed uint64
-	// Limited counts refusals that a later retry can pass (429).
+	// Limited counts refusals that a later retry can pass (429),
+	// including requests the store admitted but WithMaxWait refused.
 	Limited uint64
 	// TooLarge counts refusals whose cost exceeds a limit's burst (413).
 	TooLarge uint64
 	// Bypassed counts requests let through without a decision: store
 	// failures under FailOpen, and key errors under WithSkipOnKeyError.
 	Bypassed uint64
-	// StoreErrors counts failed store calls (Take, Adjust, settlement),
-	// timeouts included, but not calls abandoned because the request's
-	// own context ended.
+	// StoreErrors counts failed store calls (every call that
+	// Hooks.OnStoreError reports), timeouts included, but not calls
+	// abandoned because the request's own context ended.
 	StoreErrors uint64
 	// KeyErrors counts requests whose key function failed.
 	KeyErrors uint64
@@ -391,7 +462,12 @@ func WithHooks(h Hooks) Option {
 // once, so the queue never holds more than d of waiting requests (plus the
 // slots of other callers of the key, such as Wait, which have no such
 // bound). d must be ≥ 0; 0 refuses every request that would wait. The
-// default is no bound: every admitted request waits for its slot.
+// default is no bound: every admitted request waits for its slot. Such a
+// refusal counts once, in Stats.Limited, and is reported once to
+// Hooks.OnDecision as the refusal the client gets (the store's admission
+// is not reported); the refund is a store call like any other
+// (Hooks.OnStoreCall; a failure counts in Stats.StoreErrors and the
+// request is refused all the same).
 //
 // The refund is a plain Adjust of the reserved units, not
 // Reservation.Cancel's last-slot-only release: every reservation made
@@ -435,6 +511,9 @@ type Limiter struct {
 	// sleep waits d or until ctx ends (a variable so tests need not
 	// sleep).
 	sleep func(ctx context.Context, d time.Duration) error
+	// now is the clock of StoreCall.Duration (time.Now; a fake clock in
+	// tests). It is read only when Hooks.OnStoreCall is set.
+	now func() time.Time
 
 	// maxWait bounds Result.Delay when maxWaitSet (WithMaxWait).
 	maxWait    time.Duration
@@ -492,6 +571,7 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		skipKey: c.skipKeyErr,
 		hooks:   c.hooks,
 		sleep:   sleep,
+		now:     time.Now,
 
 		set:                 set,
 		limitsFunc:          c.limitsFunc,
@@ -665,21 +745,26 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		return
 	}
 
+	overWait := res.Allowed && l.maxWaitSet && res.Delay > l.maxWait
+	if overWait {
+		res = l.refundOverMaxWait(ctx, key, s.costs, res)
+	}
+	l.record(ctx, res)
+
 	if sw, ok := l.headers.(*styleWriter); ok {
 		sw.write(w.Header(), res, set.policy)
 	} else {
 		l.headers.WriteHeaders(w.Header(), res)
 	}
 	if !res.Allowed {
-		rej := Rejection{Result: res, Status: l.refusalStatus(res), Costs: s.costs}
+		status := http.StatusTooManyRequests // a WithMaxWait refusal
+		if !overWait {
+			status = l.refusalStatus(res)
+		}
 		if !res.tooLarge() {
 			w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.RetryAfter)))
 		}
-		l.reject(w, r, rej)
-		return
-	}
-	if l.maxWaitSet && res.Delay > l.maxWait {
-		l.refuseOverMaxWait(w, r, key, set.policy, s.costs, res)
+		l.reject(w, r, Rejection{Result: res, Status: status, Costs: s.costs})
 		return
 	}
 	// Settle on every exit path: a deferred call runs when next returns,
@@ -732,19 +817,15 @@ func (l *Limiter) bypass(ctx context.Context, reason error) {
 	}
 }
 
-// take asks the store to decide reqs within the store timeout and records
-// the outcome. An error is either a store failure (counted, reported to
-// OnStoreError) or, when ctx itself ended, the caller's cancellation (not
-// counted): callers tell them apart with ctx.Err().
+// take asks the store to decide reqs within the store timeout. An error
+// is either a store failure (counted, reported to OnStoreError) or, when
+// ctx itself ended, the caller's cancellation (not counted): callers tell
+// them apart with ctx.Err(). The decision is not recorded: the caller
+// records the final Result once (record).
 func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Result, error) {
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	err := l.store.Take(tctx, reqs, out)
-	if err != nil {
-		err = l.storeError(ctx, tctx, err)
-		cancel()
+	if err := l.call(ctx, OpTake, reqs, out); err != nil {
 		return Result{}, err
 	}
-	cancel()
 	res := resultOf(out[:len(reqs)])
 	if res.Allowed && res.ShadowLimited() {
 		// Only shadow limits refused, so the store charged nothing (all
@@ -752,13 +833,20 @@ func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Res
 		if err := l.retakeEnforced(ctx, reqs, out); err != nil {
 			return Result{}, err
 		}
-		if res = resultOf(out[:len(reqs)]); res.Allowed {
-			l.stats.shadowLimited.Add(1)
-		}
+		res = resultOf(out[:len(reqs)])
 	}
+	return res, nil
+}
+
+// record counts the final decision on one request in Stats and reports it
+// to Hooks.OnDecision: once per decided request.
+func (l *Limiter) record(ctx context.Context, res Result) {
 	switch {
 	case res.Allowed:
 		l.stats.allowed.Add(1)
+		if res.ShadowLimited() {
+			l.stats.shadowLimited.Add(1)
+		}
 	case res.tooLarge():
 		l.stats.tooLarge.Add(1)
 	default:
@@ -767,7 +855,6 @@ func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Res
 	if l.hooks.OnDecision != nil {
 		l.hooks.OnDecision(ctx, res)
 	}
-	return res, nil
 }
 
 // retakeEnforced decides again, in a second Take, the requests of reqs
@@ -791,10 +878,8 @@ func (l *Limiter) retakeEnforced(ctx context.Context, reqs []Request, out []Deci
 	for j, i := range idx {
 		reqs2[j] = reqs[i]
 	}
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.store.Take(tctx, reqs2, out2); err != nil {
-		return l.storeError(ctx, tctx, err)
+	if err := l.call(ctx, OpTake, reqs2, out2); err != nil {
+		return err
 	}
 	for j, i := range idx {
 		out[i] = out2[j]
@@ -802,25 +887,81 @@ func (l *Limiter) retakeEnforced(ctx context.Context, reqs []Request, out []Deci
 	return nil
 }
 
+// call makes one store call, op, with the store timeout; classifies,
+// counts and reports its failure (storeError); and reports the call to
+// Hooks.OnStoreCall. Every store call of the Limiter goes through here.
+func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []Decision) error {
+	hook := l.hooks.OnStoreCall
+	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	var start time.Time
+	if hook != nil {
+		start = l.now()
+	}
+	var err error
+	if op == OpTake {
+		err = l.store.Take(tctx, reqs, out)
+	} else {
+		err = l.store.Adjust(tctx, reqs, out)
+	}
+	var d time.Duration
+	if hook != nil {
+		d = max(l.now().Sub(start), 0)
+	}
+	if err != nil {
+		err = l.storeError(ctx, tctx, err)
+	}
+	cancel()
+	if hook != nil {
+		hook(ctx, StoreCall{Op: op, Requests: len(reqs), Duration: d, Err: err, Store: l.store})
+	}
+	return err
+}
+
+// storeCallError is the classified error of a failed store call. It wraps
+// ErrStoreFailed; for a timeout also ErrStoreTimeout, and err then wraps
+// context.DeadlineExceeded.
+type storeCallError struct {
+	timeout time.Duration // > 0: the call missed this store timeout
+	err     error         // the store's error
+}
+
+func (e *storeCallError) Error() string {
+	if e.timeout > 0 {
+		return ErrStoreTimeout.Error() + " after " + e.timeout.String() + ": " + e.err.Error()
+	}
+	return "ratelimit: store: " + e.err.Error()
+}
+
+func (e *storeCallError) Unwrap() []error {
+	if e.timeout > 0 {
+		return []error{ErrStoreFailed, ErrStoreTimeout, e.err}
+	}
+	return []error{ErrStoreFailed, e.err}
+}
+
 // storeError classifies a failed store call made with tctx, a child of ctx
-// with the store timeout, and counts it unless ctx itself had ended.
+// with the store timeout, and counts and reports it unless ctx itself had
+// ended (then the error wraps ctx's error, and not ErrStoreFailed).
 func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
-	if ctx.Err() != nil {
+	if cerr := ctx.Err(); cerr != nil {
+		if !errors.Is(err, cerr) {
+			return fmt.Errorf("ratelimit: store call abandoned: %w: %w", err, cerr)
+		}
 		return fmt.Errorf("ratelimit: store call abandoned: %w", err)
 	}
-	if errors.Is(tctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+	timedOut := errors.Is(tctx.Err(), context.DeadlineExceeded)
+	if timedOut && !errors.Is(err, context.DeadlineExceeded) {
 		err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w after %v: %w", ErrStoreTimeout, l.timeout, err)
-	} else {
-		err = fmt.Errorf("ratelimit: store: %w", err)
+	e := &storeCallError{err: err}
+	if timedOut || errors.Is(err, context.DeadlineExceeded) {
+		e.timeout = l.timeout
 	}
 	l.stats.storeErrors.Add(1)
 	if l.hooks.OnStoreError != nil {
-		l.hooks.OnStoreError(ctx, err)
+		l.hooks.OnStoreError(ctx, e)
 	}
-	return err
+	return e
 }
 
 // Take charges costs (aligned with Limits; none given means 1 each) to key
@@ -870,6 +1011,7 @@ func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result,
 		}
 		return Result{RetryAfter: time.Second}, err
 	}
+	l.record(ctx, res)
 	return res, nil
 }
 
@@ -878,8 +1020,8 @@ func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result,
 // request (ReportUsage settles requests). A charge may leave the limit in
 // debt that later requests wait out. The Result has one Decision: the
 // limit's state afterwards. Errors: an unknown name wraps ErrUnknownLimit,
-// an empty key ErrInvalidRequest; store failures (counted in
-// Stats.StoreErrors; the failure mode does not apply) are returned as is.
+// an empty key ErrInvalidRequest; a store failure (counted in
+// Stats.StoreErrors; the failure mode does not apply) wraps ErrStoreFailed.
 func (l *Limiter) Adjust(ctx context.Context, key, limitName string, delta int64) (Result, error) {
 	i := l.index(limitName)
 	switch {
@@ -890,10 +1032,8 @@ func (l *Limiter) Adjust(ctx context.Context, key, limitName string, delta int64
 	}
 	reqs := []Request{{Key: key, Limit: &l.limits[i], Cost: delta}}
 	out := make([]Decision, 1)
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := l.store.Adjust(tctx, reqs, out); err != nil {
-		return Result{}, l.storeError(ctx, tctx, err)
+	if err := l.call(ctx, OpAdjust, reqs, out); err != nil {
+		return Result{}, err
 	}
 	return Result{Allowed: true, Decisions: out}, nil
 }

@@ -282,14 +282,14 @@ func (t *Transport) pause(ctx context.Context, key string, lim *Limit, wait time
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]Decision, 1)
-	if err := l.storeCall(ctx, l.store.Take, []Request{{Key: key, Limit: lim}}, out); err != nil {
+	if err := l.call(ctx, OpTake, []Request{{Key: key, Limit: lim}}, out); err != nil {
 		return err
 	}
 	units := pauseUnits(lim, &out[0], ceilDiv(int64(wait), int64(time.Microsecond)))
 	if units <= 0 {
 		return nil
 	}
-	return l.storeCall(ctx, l.store.Adjust, []Request{{Key: key, Limit: lim, Cost: units}}, out)
+	return l.call(ctx, OpAdjust, []Request{{Key: key, Limit: lim, Cost: units}}, out)
 }
 
 // DefaultMaxPause is the bound on the pause one vendor answer may cause

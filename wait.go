@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 	"time"
 )
@@ -85,8 +84,9 @@ func (r *Reservation) cost(i int) int64 {
 // cannot let other callers exceed a limit. It does nothing for a refused
 // or bypassed reservation, and nothing the second time. Its store calls
 // use ctx (pass context.WithoutCancel of a cancelled context) and the
-// store timeout; an error is the store's (counted in Stats.StoreErrors),
-// after which some units may remain charged.
+// store timeout; an error is a store failure (wrapping ErrStoreFailed,
+// counted in Stats.StoreErrors), after which some units may remain
+// charged.
 //
 // Per limit:
 //
@@ -150,7 +150,7 @@ func (l *Limiter) release(ctx context.Context, r *Reservation) error {
 	}
 	if len(peek) > 0 {
 		out := make([]Decision, len(peek))
-		if err := l.storeCall(ctx, l.store.Take, peek, out); err != nil {
+		if err := l.call(ctx, OpTake, peek, out); err != nil {
 			return err
 		}
 		for j, i := range peeked {
@@ -171,7 +171,7 @@ func (l *Limiter) release(ctx context.Context, r *Reservation) error {
 		return nil
 	}
 	out := make([]Decision, len(reqs))
-	if err := l.storeCall(ctx, l.store.Adjust, reqs, out); err != nil {
+	if err := l.call(ctx, OpAdjust, reqs, out); err != nil {
 		return err
 	}
 	// Without another reservation since the read, the queue now ends at
@@ -193,7 +193,7 @@ func (l *Limiter) release(ctx context.Context, r *Reservation) error {
 		}
 	}
 	if len(back) > 0 {
-		return l.storeCall(ctx, l.store.Adjust, back, make([]Decision, len(back)))
+		return l.call(ctx, OpAdjust, back, make([]Decision, len(back)))
 	}
 	return nil
 }
@@ -211,18 +211,6 @@ func queueEnd(d *Decision) int64 { return d.At + d.Reset.Microseconds() }
 func exactQueue(l *Limit) bool {
 	scale, drain, _ := l.Params()
 	return drain > 0 && (drain == 1 || scale >= 2*drain)
-}
-
-// storeCall runs one store call with the store timeout, classifying and
-// counting its error as take does.
-func (l *Limiter) storeCall(ctx context.Context, call func(context.Context, []Request, []Decision) error,
-	reqs []Request, out []Decision) error {
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
-	defer cancel()
-	if err := call(tctx, reqs, out); err != nil {
-		return l.storeError(ctx, tctx, err)
-	}
-	return nil
 }
 
 // Wait blocks until key may act at the given costs (aligned with Limits;
@@ -307,12 +295,16 @@ func (r *Reservation) neverFits() error {
 		ErrNeverFits, units(r.cost(i), b.Limit.Unit()), b.Limit.Name(), b.Limit.Burst())
 }
 
-// refuseOverMaxWait answers 429 to an admitted request whose slot is more
-// than WithMaxWait away, after refunding its reservation (see WithMaxWait).
-// policy is the RateLimit-Policy field of the request's limits, and costs
-// its costs, aligned with res.Decisions.
-func (l *Limiter) refuseOverMaxWait(w http.ResponseWriter, r *http.Request, key, policy string, costs []int64, res Result) {
-	ds := append([]Decision(nil), res.Decisions...)
+// refundOverMaxWait refunds the reservation of an admitted request whose
+// slot is more than WithMaxWait away (see WithMaxWait) and returns the
+// refusal the client gets: the decisions of res (modified in place: the
+// Result was not reported yet), those of the limits that would hold the
+// request too long refusing with RetryAfter = Delay − maxWait, and the
+// states after the refund when it succeeded. costs are the request's
+// costs, aligned with res.Decisions. A failed refund is a store error
+// (counted and reported); the request is refused all the same.
+func (l *Limiter) refundOverMaxWait(ctx context.Context, key string, costs []int64, res Result) Result {
+	ds := res.Decisions
 	var reqs []Request
 	var idx []int
 	for i := range ds {
@@ -324,7 +316,7 @@ func (l *Limiter) refuseOverMaxWait(w http.ResponseWriter, r *http.Request, key,
 	if len(reqs) > 0 {
 		// The refund must happen even if the client has gone.
 		out := make([]Decision, len(reqs))
-		if l.storeCall(context.WithoutCancel(r.Context()), l.store.Adjust, reqs, out) == nil {
+		if l.call(context.WithoutCancel(ctx), OpAdjust, reqs, out) == nil {
 			for j, i := range idx {
 				ds[i].Remaining, ds[i].Reset = out[j].Remaining, out[j].Reset
 			}
@@ -335,15 +327,5 @@ func (l *Limiter) refuseOverMaxWait(w http.ResponseWriter, r *http.Request, key,
 			d.Allowed, d.RetryAfter, d.Delay = false, d.Delay-l.maxWait, 0
 		}
 	}
-	rej := resultOf(ds)
-	// The store admitted it, but the client is refused.
-	l.stats.allowed.Add(^uint64(0))
-	l.stats.limited.Add(1)
-	if sw, ok := l.headers.(*styleWriter); ok {
-		sw.write(w.Header(), rej, policy)
-	} else {
-		l.headers.WriteHeaders(w.Header(), rej)
-	}
-	w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(rej.RetryAfter)))
-	l.reject(w, r, Rejection{Result: rej, Status: http.StatusTooManyRequests, Costs: costs})
+	return resultOf(ds)
 }

@@ -192,13 +192,15 @@ func serve(o options) error {
 		return err
 	}
 	// Prometheus metrics for the whole process at /metrics on every
-	// instance: decisions by policy and outcome, store errors and latency.
+	// instance: decisions by policy and outcome, bypasses, store errors
+	// and latency (the hooks measure every store call; the store needs no
+	// InstrumentStore wrapper).
 	reg := prometheus.NewRegistry()
 	m, err := rmprom.New(reg)
 	if err != nil {
 		return err
 	}
-	store := m.InstrumentStore(rstore)
+	var store ratelimit.Store = rstore
 	o.hooks = m.Hooks()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	plans, err := newPlans(o)

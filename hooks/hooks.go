@@ -19,6 +19,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/rampmeter/ratelimit"
 )
@@ -37,8 +38,9 @@ const (
 	KindOther = "other"
 )
 
-// ErrorKind classifies a store error as KindTimeout, KindCanceled or
-// KindOther (also for a nil error), by errors.Is.
+// ErrorKind classifies a store error (as Hooks.OnStoreError and
+// StoreCall.Err give it) as KindTimeout, KindCanceled or KindOther (also
+// for a nil error), by errors.Is.
 func ErrorKind(err error) string {
 	switch {
 	case err == nil:
@@ -52,13 +54,43 @@ func ErrorKind(err error) string {
 	}
 }
 
+// Causes of a bypass returned by BypassCause, used as log attribute and
+// metric label values.
+const (
+	// CauseStore is a request let through because the store failed
+	// under ratelimit.FailOpen: the reason wraps ratelimit.ErrStoreFailed.
+	CauseStore = "store"
+	// CauseKey is a request let through because its key function failed
+	// under ratelimit.WithSkipOnKeyError.
+	CauseKey = "key"
+)
+
+// BypassCause classifies the reason given to Hooks.OnBypass: CauseStore
+// when it wraps ratelimit.ErrStoreFailed, else CauseKey.
+func BypassCause(reason error) string {
+	if errors.Is(reason, ratelimit.ErrStoreFailed) {
+		return CauseStore
+	}
+	return CauseKey
+}
+
+// SlowStoreCall is the duration from which Slog logs a store call at Debug:
+// a fifth of ratelimit.DefaultStoreTimeout, and far more than a Redis round
+// trip within a data centre (well under a millisecond).
+const SlowStoreCall = 10 * time.Millisecond
+
 // Slog returns Hooks that log to logger (slog.Default() when nil):
 //
 //   - every failed store call at Warn: msg "ratelimit: store call failed",
 //     attributes kind (ErrorKind) and error;
+//   - every store call that took SlowStoreCall or longer, failed or not,
+//     at Debug: msg "ratelimit: slow store call", attributes op ("take" or
+//     "adjust"), requests (the number of limits in the call), duration
+//     and, for a failed call, error;
 //   - every request let through without a decision (FailOpen, or
 //     WithSkipOnKeyError) at Warn: msg "ratelimit: request not limited",
-//     attribute reason (the store or key error);
+//     attributes cause (BypassCause: "store" or "key") and reason (the
+//     store or key error);
 //   - every refusal at Debug: msg "ratelimit: request refused", attributes
 //     policies (the names of the refusing limits, comma-separated),
 //     retry_after (a duration; -1ns for ratelimit.RetryNever) and shadow
@@ -80,7 +112,18 @@ func Slog(logger *slog.Logger) ratelimit.Hooks {
 		},
 		OnBypass: func(ctx context.Context, reason error) {
 			logger.LogAttrs(ctx, slog.LevelWarn, "ratelimit: request not limited",
-				slog.String("reason", errString(reason)))
+				slog.String("cause", BypassCause(reason)), slog.String("reason", errString(reason)))
+		},
+		OnStoreCall: func(ctx context.Context, call ratelimit.StoreCall) {
+			if call.Duration < SlowStoreCall || !logger.Enabled(ctx, slog.LevelDebug) {
+				return
+			}
+			attrs := []slog.Attr{slog.String("op", string(call.Op)), slog.Int("requests", call.Requests),
+				slog.Duration("duration", call.Duration)}
+			if call.Err != nil {
+				attrs = append(attrs, slog.String("error", call.Err.Error()))
+			}
+			logger.LogAttrs(ctx, slog.LevelDebug, "ratelimit: slow store call", attrs...)
 		},
 		OnDecision: func(ctx context.Context, res ratelimit.Result) {
 			shadow := res.Allowed && res.ShadowLimited()
@@ -118,7 +161,11 @@ func errString(err error) string {
 func Join(hs ...ratelimit.Hooks) ratelimit.Hooks {
 	var decision []func(context.Context, ratelimit.Result)
 	var storeErr, bypass []func(context.Context, error)
+	var storeCall []func(context.Context, ratelimit.StoreCall)
 	for _, h := range hs {
+		if h.OnStoreCall != nil {
+			storeCall = append(storeCall, h.OnStoreCall)
+		}
 		if h.OnDecision != nil {
 			decision = append(decision, h.OnDecision)
 		}
@@ -134,6 +181,13 @@ func Join(hs ...ratelimit.Hooks) ratelimit.Hooks {
 		out.OnDecision = func(ctx context.Context, res ratelimit.Result) {
 			for _, f := range decision {
 				f(ctx, res)
+			}
+		}
+	}
+	if len(storeCall) > 0 {
+		out.OnStoreCall = func(ctx context.Context, call ratelimit.StoreCall) {
+			for _, f := range storeCall {
+				f(ctx, call)
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,9 +44,20 @@ func (s errStore) Adjust(context.Context, []ratelimit.Request, []ratelimit.Decis
 	return s.err
 }
 
+// withoutSlowCalls drops the "slow store call" records, which depend on
+// real time (TestSlogSlowStoreCall covers them).
+type withoutSlowCalls struct{ slog.Handler }
+
+func (h withoutSlowCalls) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "ratelimit: slow store call" {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
 func TestSlog(t *testing.T) {
 	var buf bytes.Buffer
-	logger := textLogger(&buf, slog.LevelDebug)
+	logger := slog.New(withoutSlowCalls{textLogger(&buf, slog.LevelDebug).Handler()})
 	mem, err := memory.New(memory.WithClock(func() time.Time { return epoch }))
 	require.NoError(t, err)
 	limits := ratelimit.WithLimits(ratelimit.PerMinute(2).Named("requests"), ratelimit.PerMinute(1).Named("strict").Shadow())
@@ -74,8 +86,8 @@ func TestSlog(t *testing.T) {
 	want := `level=DEBUG msg="ratelimit: request refused" policies=strict retry_after=0s shadow=true
 level=DEBUG msg="ratelimit: request refused" policies=requests,strict retry_after=30s shadow=false
 level=WARN msg="ratelimit: store call failed" kind=timeout error="ratelimit: store call timed out after 50ms: context deadline exceeded"
-level=WARN msg="ratelimit: request not limited" reason="ratelimit: store call timed out after 50ms: context deadline exceeded"
-level=WARN msg="ratelimit: request not limited" reason="ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""
+level=WARN msg="ratelimit: request not limited" cause=store reason="ratelimit: store call timed out after 50ms: context deadline exceeded"
+level=WARN msg="ratelimit: request not limited" cause=key reason="ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""
 `
 	assert.Equal(t, want, buf.String())
 	assert.NotContains(t, buf.String(), "sk-secret")
@@ -152,4 +164,104 @@ func TestJoin(t *testing.T) {
 	for f := range typ.NumField() {
 		assert.True(t, empty.Field(f).IsNil(), "Join of empty Hooks sets %s", typ.Field(f).Name)
 	}
+}
+
+// recordHandler keeps every record it handles.
+type recordHandler struct {
+	mu      sync.Mutex
+	level   slog.Level
+	records []slog.Record
+}
+
+func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= h.level }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler                { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r)
+	return nil
+}
+
+// sleepyStore takes d (real time) for every call, then answers err (or
+// lets the wrapped store answer when err is nil).
+type sleepyStore struct {
+	ratelimit.Store
+	d   time.Duration
+	err error
+}
+
+func (s sleepyStore) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	time.Sleep(s.d)
+	if s.err != nil {
+		return s.err
+	}
+	return s.Store.Take(ctx, reqs, out)
+}
+
+func TestSlogSlowStoreCall(t *testing.T) {
+	// The store sleeps 2×SlowStoreCall, so each call takes at least that
+	// long however loaded the machine is; the store timeout (10 s) is far
+	// away. Only lower bounds on real time are asserted.
+	mem, err := memory.New()
+	require.NoError(t, err)
+	h := &recordHandler{level: slog.LevelDebug}
+	limits := ratelimit.WithLimits(ratelimit.PerMinute(2).Named("requests"), ratelimit.PerMinute(1).Named("strict"))
+	for _, failing := range []bool{false, true} {
+		store := sleepyStore{Store: mem, d: 2 * hooks.SlowStoreCall}
+		if failing {
+			store.err = errors.New("connection reset")
+		}
+		lim, err := ratelimit.New(store, limits, ratelimit.WithStoreTimeout(10*time.Second),
+			ratelimit.WithHooks(hooks.Slog(slog.New(h))))
+		require.NoError(t, err)
+		_, err = lim.Take(context.Background(), "sk-secret-key-0123456789")
+		assert.Equal(t, failing, err != nil)
+	}
+	var slow []map[string]string
+	for _, r := range h.records {
+		if r.Message != "ratelimit: slow store call" {
+			continue
+		}
+		assert.Equal(t, slog.LevelDebug, r.Level)
+		attrs := map[string]string{}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "duration" {
+				assert.GreaterOrEqual(t, a.Value.Duration(), 2*hooks.SlowStoreCall)
+				return true
+			}
+			attrs[a.Key] = a.Value.String()
+			return true
+		})
+		slow = append(slow, attrs)
+	}
+	assert.Equal(t, []map[string]string{
+		{"op": "take", "requests": "2"},
+		{"op": "take", "requests": "2", "error": "ratelimit: store: connection reset"},
+	}, slow)
+
+	// Below Debug nothing is logged (nor formatted).
+	info := &recordHandler{level: slog.LevelInfo}
+	hs := hooks.Slog(slog.New(info))
+	hs.OnStoreCall(context.Background(), ratelimit.StoreCall{Op: ratelimit.OpTake, Requests: 1, Duration: time.Hour})
+	assert.Empty(t, info.records)
+}
+
+func TestBypassCause(t *testing.T) {
+	assert.Equal(t, hooks.CauseStore, hooks.BypassCause(fmt.Errorf("x: %w", ratelimit.ErrStoreFailed)))
+	assert.Equal(t, hooks.CauseKey, hooks.BypassCause(ratelimit.ErrMissingKey))
+	assert.Equal(t, hooks.CauseKey, hooks.BypassCause(nil))
+	// A real store failure under FailOpen, and a real key error.
+	var reasons []string
+	lim, err := ratelimit.New(errStore{errors.New("down")}, ratelimit.WithLimits(ratelimit.PerMinute(1)),
+		ratelimit.WithSkipOnKeyError(), ratelimit.WithHooks(ratelimit.Hooks{OnBypass: func(_ context.Context, reason error) {
+			reasons = append(reasons, hooks.BypassCause(reason))
+		}}))
+	require.NoError(t, err)
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/", nil)
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	r.Header.Set("X-API-Key", "k")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	assert.Equal(t, []string{hooks.CauseKey, hooks.CauseStore}, reasons)
 }

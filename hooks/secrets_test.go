@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -42,6 +43,11 @@ func TestAPIKeysNeverInClear(t *testing.T) {
 		),
 		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersOpenAI|ratelimit.HeadersAnthropic),
 		ratelimit.WithHooks(hooks.Slog(textLogger(&logs, slog.LevelDebug))),
+		// Far above any miniredis round trip, even the first (dial and
+		// script load) under the race detector on a loaded machine, which
+		// took 169ms once against the default 50ms: the one store failure
+		// below is scripted (SetError), never a timeout.
+		ratelimit.WithStoreTimeout(10*time.Second),
 	)
 	require.NoError(t, err)
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

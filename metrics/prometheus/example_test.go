@@ -17,9 +17,10 @@ import (
 	"github.com/rampmeter/ratelimit/store/memory"
 )
 
-// A Limiter whose decisions, store errors and store latency go to a
-// Prometheus registry served on /metrics, and whose store failures and
-// bypasses are logged.
+// A Limiter whose decisions, bypasses, store errors and store latency go to
+// a Prometheus registry served on /metrics, and whose store failures and
+// bypasses are logged. The Hooks measure store latency themselves: the
+// store needs no InstrumentStore wrapper.
 func Example() {
 	reg := prometheus.NewRegistry()
 	m, err := rmprom.New(reg)
@@ -27,7 +28,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	store, _ := memory.New()
-	lim, err := ratelimit.New(m.InstrumentStore(store),
+	lim, err := ratelimit.New(store,
 		ratelimit.WithLimits(ratelimit.PerMinute(1).Named("requests")),
 		ratelimit.WithHooks(hooks.Join(m.Hooks(), hooks.Slog(slog.Default()))),
 	)

@@ -1,10 +1,13 @@
-// Package prometheus exports a Limiter's decisions, store errors, store
-// latency and circuit-breaker state as Prometheus metrics, with
-// github.com/prometheus/client_golang.
+// Package prometheus exports a Limiter's decisions, bypasses, store
+// errors, store latency and circuit-breaker state as Prometheus metrics,
+// with github.com/prometheus/client_golang.
 //
 //	m, err := rmprom.New(prometheus.DefaultRegisterer) // or your own registry
-//	store := m.InstrumentStore(redisStore)             // store latency
 //	lim, err := ratelimit.New(store, ratelimit.WithHooks(m.Hooks()), ...)
+//
+// The Hooks feed every metric, store latency included (from
+// ratelimit.Hooks.OnStoreCall). InstrumentStore is for a store used
+// without a Limiter; see store_duration_seconds below for using both.
 //
 // Nothing is registered globally: New registers with the Registerer it is
 // given, or with none (nil), in which case the Metrics, a
@@ -15,6 +18,7 @@
 // With the default namespace "rampmeter":
 //
 //	rampmeter_requests_total{outcome}            counter
+//	rampmeter_bypasses_total{cause}              counter
 //	rampmeter_decisions_total{policy, outcome}   counter
 //	rampmeter_store_errors_total{kind}           counter
 //	rampmeter_store_duration_seconds{op, result} histogram
@@ -22,11 +26,16 @@
 //
 // requests_total counts each request (or Limiter.Take) once, by outcome:
 // "allowed" (admitted and charged; shadow refusals included), "limited"
-// (refused, 429), "too_large" (refused because a cost exceeds a limit's
-// burst, 413) or "bypassed" (let through without a decision: the store
-// failed under FailOpen, or the key function failed under
-// WithSkipOnKeyError). Under FailClosed a store failure is a store error
-// and no request outcome.
+// (refused, 429; including requests refused by ratelimit.WithMaxWait),
+// "too_large" (refused because a cost exceeds a limit's burst, 413) or
+// "bypassed" (let through without a decision: the store failed under
+// FailOpen, or the key function failed under WithSkipOnKeyError). Under
+// FailClosed a store failure is a store error and no request outcome.
+//
+// bypasses_total splits the bypassed requests by cause (hooks.BypassCause):
+// "store" (the store failed under FailOpen; the reason wraps
+// ratelimit.ErrStoreFailed) or "key" (the key function failed under
+// WithSkipOnKeyError). Its total equals requests_total{outcome="bypassed"}.
 //
 // decisions_total counts each limit's verdict on each decided request, with
 // policy the limit's name (Limit.Name; names are configuration, so the
@@ -38,16 +47,25 @@
 //   - "shadow": a shadow limit (Limit.Shadow) refused, and so would have
 //     refused the request had it been enforced;
 //   - "uncharged": the limit had room, but another limit refused, so
-//     (stores decide all or nothing) nothing was charged to it.
+//     (stores decide all or nothing) nothing was charged to it (or, after
+//     a WithMaxWait refusal, its charge was refunded).
 //
 // store_errors_total counts failed store calls by kind: "timeout" (the
 // store timeout passed), "canceled" or "other" (hooks.ErrorKind). Calls
 // abandoned because the request's own context ended are not store errors
 // (see ratelimit.Stats.StoreErrors).
 //
-// store_duration_seconds is measured by InstrumentStore around every Take
-// and Adjust (op "take" or "adjust"; result "ok" or "error"), so it
-// includes calls that time out.
+// store_duration_seconds is the duration of every store call, by op
+// ("take" or "adjust") and result ("ok" or "error"), so it includes calls
+// that time out. The Hooks observe every call a Limiter makes (each
+// decision, the second Take of a shadow-limited request, Limiter.Adjust,
+// settlements, Reservation.Cancel, WithMaxWait refunds), as the Limiter
+// measures it (ratelimit.StoreCall.Duration). InstrumentStore measures
+// the calls made through its wrapper, by anyone. Each call is counted
+// once: when a Limiter's store is a wrapper from InstrumentStore of the
+// same Metrics, the wrapper observes its calls and the Hooks skip them.
+// So with a Limiter use the Hooks alone; wrap with InstrumentStore only a
+// store that code other than a Limiter also calls.
 //
 // circuit_open is 1 while the named circuit breaker is open (the store is
 // not being called) and 0 otherwise; SetCircuitState sets it, for example
@@ -81,6 +99,9 @@ const DefaultNamespace = "rampmeter"
 var DefaultLatencyBuckets = []float64{
 	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1,
 }
+
+// Bypass causes (label "cause" of bypasses_total) are hooks.CauseStore and
+// hooks.CauseKey.
 
 // Request outcomes (label "outcome" of requests_total).
 const (
@@ -150,12 +171,12 @@ func WithLatencyBuckets(b ...float64) Option {
 
 // WithConstLabels adds labels with fixed values to every metric, for
 // example {"limiter": "public-api"}. Names must not collide with the
-// metrics' own labels (outcome, policy, kind, op, result, circuit).
+// metrics' own labels (outcome, cause, policy, kind, op, result, circuit).
 func WithConstLabels(l prometheus.Labels) Option {
 	return func(c *config) error {
 		for k := range l {
 			switch k {
-			case "outcome", "policy", "kind", "op", "result", "circuit":
+			case "outcome", "cause", "policy", "kind", "op", "result", "circuit":
 				return fmt.Errorf("%w: constant label %q collides with a metric label", ErrInvalidOption, k)
 			}
 			if !validName(k) || k[0] == ':' {
@@ -185,6 +206,7 @@ func validName(s string) bool {
 // add up) unless they should be told apart (WithConstLabels).
 type Metrics struct {
 	requests  *prometheus.CounterVec
+	bypasses  *prometheus.CounterVec
 	decisions *prometheus.CounterVec
 	storeErrs *prometheus.CounterVec
 	latency   *prometheus.HistogramVec
@@ -192,6 +214,7 @@ type Metrics struct {
 
 	// Pre-resolved children, so the hot path does no label lookup.
 	reqAllowed, reqLimited, reqTooLarge, reqBypassed prometheus.Counter
+	bypassStore, bypassKey                           prometheus.Counter
 	errTimeout, errCanceled, errOther                prometheus.Counter
 	takeOK, takeErr, adjustOK, adjustErr             prometheus.Observer
 
@@ -228,6 +251,9 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m := &Metrics{now: time.Now}
 	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts(opt("requests_total",
 		"Requests (and Limiter.Take calls) by outcome: allowed, limited, too_large, bypassed.")), []string{"outcome"})
+	m.bypasses = prometheus.NewCounterVec(prometheus.CounterOpts(opt("bypasses_total",
+		"Requests let through without a decision, by cause: store (the store failed, FailOpen), key (the key function failed, WithSkipOnKeyError).")),
+		[]string{"cause"})
 	m.decisions = prometheus.NewCounterVec(prometheus.CounterOpts(opt("decisions_total",
 		"Verdicts of each limit (policy) on decided requests: allowed, limited, too_large, shadow, uncharged.")),
 		[]string{"policy", "outcome"})
@@ -243,6 +269,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.reqLimited = m.requests.WithLabelValues(OutcomeLimited)
 	m.reqTooLarge = m.requests.WithLabelValues(OutcomeTooLarge)
 	m.reqBypassed = m.requests.WithLabelValues(OutcomeBypassed)
+	m.bypassStore = m.bypasses.WithLabelValues(hooks.CauseStore)
+	m.bypassKey = m.bypasses.WithLabelValues(hooks.CauseKey)
 	m.errTimeout = m.storeErrs.WithLabelValues(hooks.KindTimeout)
 	m.errCanceled = m.storeErrs.WithLabelValues(hooks.KindCanceled)
 	m.errOther = m.storeErrs.WithLabelValues(hooks.KindOther)
@@ -262,6 +290,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 // Describe implements prometheus.Collector.
 func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	m.requests.Describe(ch)
+	m.bypasses.Describe(ch)
 	m.decisions.Describe(ch)
 	m.storeErrs.Describe(ch)
 	m.latency.Describe(ch)
@@ -271,6 +300,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	m.requests.Collect(ch)
+	m.bypasses.Collect(ch)
 	m.decisions.Collect(ch)
 	m.storeErrs.Collect(ch)
 	m.latency.Collect(ch)
@@ -278,14 +308,41 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // Hooks returns the ratelimit.Hooks that update requests_total,
-// decisions_total and store_errors_total. Combine them with other hooks
-// with hooks.Join.
+// bypasses_total, decisions_total, store_errors_total and
+// store_duration_seconds (see the package documentation for the last
+// with InstrumentStore). Combine them with other hooks with hooks.Join.
 func (m *Metrics) Hooks() ratelimit.Hooks {
 	return ratelimit.Hooks{
 		OnDecision:   m.onDecision,
 		OnStoreError: m.onStoreError,
-		OnBypass:     func(context.Context, error) { m.reqBypassed.Inc() },
+		OnBypass:     m.onBypass,
+		OnStoreCall:  m.onStoreCall,
 	}
+}
+
+func (m *Metrics) onBypass(_ context.Context, reason error) {
+	m.reqBypassed.Inc()
+	if hooks.BypassCause(reason) == hooks.CauseStore {
+		m.bypassStore.Inc()
+	} else {
+		m.bypassKey.Inc()
+	}
+}
+
+func (m *Metrics) onStoreCall(_ context.Context, call ratelimit.StoreCall) {
+	if i, ok := call.Store.(*instrumented); ok && i.m == m {
+		return // the wrapper observed it
+	}
+	var ok, failed prometheus.Observer
+	switch call.Op {
+	case ratelimit.OpTake:
+		ok, failed = m.takeOK, m.takeErr
+	case ratelimit.OpAdjust:
+		ok, failed = m.adjustOK, m.adjustErr
+	default:
+		return // no other Store method exists
+	}
+	observe(ok, failed, call.Err, call.Duration)
 }
 
 func (m *Metrics) onDecision(_ context.Context, res ratelimit.Result) {
@@ -365,10 +422,13 @@ func (m *Metrics) SetCircuitState(name string, open bool) {
 }
 
 // InstrumentStore returns a Store that calls s and records the duration
-// of every Take and Adjust in store_duration_seconds. Put it between the
-// Limiter and the store (ratelimit.New(m.InstrumentStore(s), ...)). The
-// wrapper has only the Store methods: keep s to call anything else on it
-// (Close, Key).
+// of every Take and Adjust in store_duration_seconds. It is for a store
+// called without a Limiter (or also by other code): a Limiter's Hooks
+// already measure every call the Limiter makes. A Limiter may still be
+// given the wrapper: its Hooks then leave the wrapper's calls to it, so
+// no call counts twice (as long as the Hooks and the wrapper come from
+// the same Metrics). The wrapper has only the Store methods: keep s to
+// call anything else on it (Close, Key).
 func (m *Metrics) InstrumentStore(s ratelimit.Store) ratelimit.Store {
 	return &instrumented{s: s, m: m}
 }

@@ -3,6 +3,8 @@ package prometheus
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -114,13 +116,26 @@ func TestScriptedSequence(t *testing.T) {
 		require.True(t, res.Bypassed)
 	}
 
+	// 9. A request without a key under WithSkipOnKeyError: a bypass
+	// without a store call.
+	skip, err := ratelimit.New(mem, limits, ratelimit.WithSkipOnKeyError(), ratelimit.WithHooks(m.Hooks()))
+	require.NoError(t, err)
+	skip.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).
+		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+
 	m.SetCircuitState("redis", true)
 	m.SetCircuitState("redis", false)
 	m.SetCircuitState("replica", true)
 
 	// Derivation: store Takes succeeded 5 times (steps 1, 2 twice, 3, 4),
 	// each 1/256 s; one Adjust, 1/256 s; 3 failed Takes of 1/16 s each.
+	// The Limiters' stores are InstrumentStore wrappers of m, so the Hooks
+	// leave the histogram to them: each call is counted once.
 	const want = `
+# HELP rampmeter_bypasses_total Requests let through without a decision, by cause: store (the store failed, FailOpen), key (the key function failed, WithSkipOnKeyError).
+# TYPE rampmeter_bypasses_total counter
+rampmeter_bypasses_total{cause="key"} 1
+rampmeter_bypasses_total{cause="store"} 3
 # HELP rampmeter_circuit_open 1 while the named circuit breaker is open (the store is not called), 0 otherwise.
 # TYPE rampmeter_circuit_open gauge
 rampmeter_circuit_open{circuit="redis"} 0
@@ -145,7 +160,7 @@ rampmeter_decisions_total{outcome="uncharged",policy="tokens"} 1
 # HELP rampmeter_requests_total Requests (and Limiter.Take calls) by outcome: allowed, limited, too_large, bypassed.
 # TYPE rampmeter_requests_total counter
 rampmeter_requests_total{outcome="allowed"} 2
-rampmeter_requests_total{outcome="bypassed"} 3
+rampmeter_requests_total{outcome="bypassed"} 4
 rampmeter_requests_total{outcome="limited"} 1
 rampmeter_requests_total{outcome="too_large"} 1
 # HELP rampmeter_store_errors_total Failed store calls by kind: timeout, canceled, other.
@@ -155,7 +170,7 @@ rampmeter_store_errors_total{kind="other"} 1
 rampmeter_store_errors_total{kind="timeout"} 1
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"rampmeter_circuit_open", "rampmeter_decisions_total", "rampmeter_requests_total", "rampmeter_store_errors_total"))
+		"rampmeter_bypasses_total", "rampmeter_circuit_open", "rampmeter_decisions_total", "rampmeter_requests_total", "rampmeter_store_errors_total"))
 
 	hist := func(op, result string, n int, bucket int, sum string) string {
 		var b strings.Builder
@@ -216,6 +231,10 @@ func TestRegistration(t *testing.T) {
 	n, err := testutil.GatherAndCount(reg, "rampmeter_public_requests_total")
 	require.NoError(t, err)
 	assert.Equal(t, 4, n, "four outcomes, pre-created")
+	n, err = testutil.GatherAndCount(reg, "rampmeter_public_bypasses_total")
+	require.NoError(t, err)
+	assert.Equal(t, 2, n, "two causes, pre-created")
+	assert.Equal(t, 1.0, testutil.ToFloat64(m.bypassKey), "an error that is no store failure")
 
 	unregistered, err := New(nil)
 	require.NoError(t, err)
@@ -234,6 +253,7 @@ func TestOptions(t *testing.T) {
 		{"unsorted", WithLatencyBuckets(0.1, 0.05)},
 		{"zero", WithLatencyBuckets(0, 1)},
 		{"label collision", WithConstLabels(prometheus.Labels{"policy": "x"})},
+		{"cause collision", WithConstLabels(prometheus.Labels{"cause": "x"})},
 		{"label name", WithConstLabels(prometheus.Labels{"a-b": "x"})},
 		{"nil", nil},
 	} {
@@ -275,6 +295,135 @@ store_duration_seconds_sum{op="take",result="ok"} 0
 store_duration_seconds_count{op="take",result="ok"} 0
 `
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "store_duration_seconds"))
+}
+
+// durationCounts returns the sample counts of the store_duration_seconds
+// histogram of reg, by "op/result".
+func durationCounts(t *testing.T, reg prometheus.Gatherer, name string) map[string]uint64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, mt := range mf.GetMetric() {
+			var op, result string
+			for _, lp := range mt.GetLabel() {
+				switch lp.GetName() {
+				case "op":
+					op = lp.GetValue()
+				case "result":
+					result = lp.GetValue()
+				}
+			}
+			out[op+"/"+result] = mt.GetHistogram().GetSampleCount()
+		}
+	}
+	return out
+}
+
+// TestStoreDurationFromHooks runs a Limiter on a plain store: the Hooks
+// alone feed store_duration_seconds, one sample per store call. The
+// Limiter measures with the real clock, so only the counts are exact here;
+// TestStoreDurationBuckets checks the values.
+func TestStoreDurationFromHooks(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := New(reg)
+	require.NoError(t, err)
+	c := clocktest.New(epoch)
+	mem, err := memory.New(memory.WithClock(c.Now))
+	require.NoError(t, err)
+	store := &slowStore{s: mem, c: c}
+	lim, err := ratelimit.New(store, ratelimit.WithHooks(m.Hooks()), ratelimit.WithLimits(
+		ratelimit.PerMinute(60).Named("requests"),
+		ratelimit.PerMinute(100).Named("tokens").CostFrom(func(*http.Request) (int64, error) { return 500, nil }).Shadow()))
+	require.NoError(t, err)
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = ratelimit.ReportUsage(r.Context(), "requests", 3)
+	}))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Header.Set("X-API-Key", "k")
+	// The shadow limit refuses 500 tokens: two Takes; then the settlement
+	// of 3 requests for 1: one Adjust.
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	_, err = lim.Adjust(context.Background(), "k", "requests", -1)
+	require.NoError(t, err)
+	store.err = errors.New("connection refused")
+	_, err = lim.Take(context.Background(), "k", 1, 1)
+	require.ErrorIs(t, err, ratelimit.ErrStoreFailed)
+	assert.Equal(t, map[string]uint64{"take/ok": 2, "take/error": 1, "adjust/ok": 2, "adjust/error": 0},
+		durationCounts(t, reg, "rampmeter_store_duration_seconds"))
+	problems, err := testutil.GatherAndLint(reg)
+	require.NoError(t, err)
+	assert.Empty(t, problems)
+}
+
+// TestStoreDurationBuckets feeds the Hooks' OnStoreCall directly, with
+// exact durations.
+func TestStoreDurationBuckets(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m, err := New(reg, WithNamespace(""), WithLatencyBuckets(0.005, 0.1))
+	require.NoError(t, err)
+	hk := m.Hooks()
+	ctx := context.Background()
+	mem, err := memory.New()
+	require.NoError(t, err)
+	for _, call := range []ratelimit.StoreCall{
+		{Op: ratelimit.OpTake, Requests: 2, Duration: fast, Store: mem},
+		{Op: ratelimit.OpTake, Requests: 2, Duration: slow, Err: ratelimit.ErrStoreFailed, Store: mem},
+		{Op: ratelimit.OpAdjust, Requests: 1, Duration: slow, Store: mem},
+		{Op: "other", Requests: 1, Duration: slow, Store: mem},                             // not a Store method: ignored
+		{Op: ratelimit.OpTake, Requests: 1, Duration: slow, Store: m.InstrumentStore(mem)}, // the wrapper's
+	} {
+		hk.OnStoreCall(ctx, call)
+	}
+	const want = `
+# HELP store_duration_seconds Duration of store calls (Take, Adjust), successful or not.
+# TYPE store_duration_seconds histogram
+store_duration_seconds_bucket{op="adjust",result="error",le="0.005"} 0
+store_duration_seconds_bucket{op="adjust",result="error",le="0.1"} 0
+store_duration_seconds_bucket{op="adjust",result="error",le="+Inf"} 0
+store_duration_seconds_sum{op="adjust",result="error"} 0
+store_duration_seconds_count{op="adjust",result="error"} 0
+store_duration_seconds_bucket{op="adjust",result="ok",le="0.005"} 0
+store_duration_seconds_bucket{op="adjust",result="ok",le="0.1"} 1
+store_duration_seconds_bucket{op="adjust",result="ok",le="+Inf"} 1
+store_duration_seconds_sum{op="adjust",result="ok"} 0.0625
+store_duration_seconds_count{op="adjust",result="ok"} 1
+store_duration_seconds_bucket{op="take",result="error",le="0.005"} 0
+store_duration_seconds_bucket{op="take",result="error",le="0.1"} 1
+store_duration_seconds_bucket{op="take",result="error",le="+Inf"} 1
+store_duration_seconds_sum{op="take",result="error"} 0.0625
+store_duration_seconds_count{op="take",result="error"} 1
+store_duration_seconds_bucket{op="take",result="ok",le="0.005"} 1
+store_duration_seconds_bucket{op="take",result="ok",le="0.1"} 1
+store_duration_seconds_bucket{op="take",result="ok",le="+Inf"} 1
+store_duration_seconds_sum{op="take",result="ok"} 0.00390625
+store_duration_seconds_count{op="take",result="ok"} 1
+`
+	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(want), "store_duration_seconds"))
+}
+
+// TestInstrumentStoreOfAnotherMetrics: the Hooks of m skip only m's own
+// wrappers. A Limiter reporting to m on a store wrapped by m2 is counted
+// once in each.
+func TestInstrumentStoreOfAnotherMetrics(t *testing.T) {
+	reg, reg2 := prometheus.NewPedanticRegistry(), prometheus.NewPedanticRegistry()
+	m, err := New(reg)
+	require.NoError(t, err)
+	m2, err := New(reg2)
+	require.NoError(t, err)
+	mem, err := memory.New()
+	require.NoError(t, err)
+	lim, err := ratelimit.New(m2.InstrumentStore(mem), ratelimit.WithLimits(ratelimit.PerMinute(1)), ratelimit.WithHooks(m.Hooks()))
+	require.NoError(t, err)
+	_, err = lim.Take(context.Background(), "k")
+	require.NoError(t, err)
+	want := map[string]uint64{"take/ok": 1, "take/error": 0, "adjust/ok": 0, "adjust/error": 0}
+	assert.Equal(t, want, durationCounts(t, reg, "rampmeter_store_duration_seconds"))
+	assert.Equal(t, want, durationCounts(t, reg2, "rampmeter_store_duration_seconds"))
 }
 
 // BenchmarkHooksOnDecision measures the hooks' cost per decided request
