@@ -1,6 +1,8 @@
 // Package chaos runs the fault-injection tests of rampmeter against real
 // redis-server processes that the tests start themselves, each on a free
 // loopback port (never the shared server on 6379), and stop by process ID.
+// Some tests put a loopback proxy of their own in front of the server, to
+// lose traffic on demand (faultProxy).
 //
 // The tests skip when no redis-server binary is on PATH, unless
 // RAMPMETER_REQUIRE_REDIS=1 (set by CI), in which case they fail.

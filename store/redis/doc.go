@@ -101,7 +101,10 @@
 // client's MaxRetries does not matter to this store: keep the default for
 // the other commands your client sends. The TestNoReplay tests pin this
 // against a fake server that swallows or drops every script, for Client,
-// ClusterClient and Ring, with MaxRetries 0, 2 and -1.
+// ClusterClient and Ring, with MaxRetries 0, 2 and -1; internal/chaos's
+// TestDeadlineLostTraffic against a real redis-server behind a proxy that
+// swallows the script, loses its reply or drops the connection after it,
+// counting both the scripts sent and the charges they made.
 //
 // The caller's deadline (the rate-limit middleware puts one on every store
 // call, 50 ms by default) ends a call to a hung Redis only if the client
