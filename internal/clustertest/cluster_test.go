@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,11 +23,13 @@ import (
 	redisstore "github.com/rampmeter/ratelimit/store/redis"
 )
 
-// cluster is a running three-master Redis Cluster of local redis-servers.
+// cluster is a running Redis Cluster of local redis-servers: three
+// masters (nodes 0 to 2 when it starts), then any replicas.
 type cluster struct {
-	addrs []string // 127.0.0.1:port of each master
+	addrs []string // 127.0.0.1:port of each node
 	ids   []string // CLUSTER MYID of each
 	nodes []*redis.Client
+	procs []*exec.Cmd // the redis-server of each, to signal by PID
 }
 
 // binaries returns the paths of redis-server and redis-cli, skipping t
@@ -71,56 +74,158 @@ func freePort(t *testing.T) int {
 
 // startCluster starts three redis-servers in cluster mode on free loopback
 // ports, joins them with redis-cli --cluster create (no replicas), waits
-// for cluster_state:ok and stops the servers (by PID) when t ends.
-func startCluster(t *testing.T) *cluster {
+// for cluster_state:ok and stops the servers (by PID) when t ends. Then,
+// for each master index in replicated, it adds a replica of that master
+// (nodes 3, 4, ... in that order) and waits until it is in sync.
+func startCluster(t *testing.T, replicated ...int) *cluster {
 	server, cli := binaries(t)
 	dir := t.TempDir()
 	c := &cluster{}
 	for range 3 {
-		port := freePort(t)
-		p := strconv.Itoa(port)
-		logf, err := os.Create(filepath.Join(dir, "redis-"+p+".log"))
-		require.NoError(t, err)
-		cmd := exec.Command(server, "--port", p, "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+p+".conf",
-			"--dir", dir, "--save", "", "--appendonly", "no", "--daemonize", "no")
-		cmd.Stdout, cmd.Stderr = logf, logf
-		require.NoError(t, cmd.Start())
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill() // our own child, by PID
-			_ = cmd.Wait()
-			_ = logf.Close()
-		})
-		addr := "127.0.0.1:" + p
-		node := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		t.Cleanup(func() { _ = node.Close() })
-		c.addrs = append(c.addrs, addr)
-		c.nodes = append(c.nodes, node)
+		c.start(t, server, dir)
 	}
 	ctx := context.Background()
-	for i, node := range c.nodes {
-		waitFor(t, "redis-server on "+c.addrs[i], func() error { return node.Ping(ctx).Err() })
-	}
 	args := append([]string{"--cluster", "create"}, c.addrs...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	out, err := exec.Command(cli, args...).CombinedOutput()
 	require.NoError(t, err, "redis-cli --cluster create: %s", out)
 	for i, node := range c.nodes {
-		waitFor(t, "cluster_state:ok on "+c.addrs[i], func() error {
-			info, err := node.ClusterInfo(ctx).Result()
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(info, "cluster_state:ok") {
-				return errors.New("cluster state not ok")
-			}
-			return nil
-		})
+		waitFor(t, "cluster_state:ok on "+c.addrs[i], func() error { return clusterOK(ctx, node) })
 		id, err := node.Do(ctx, "CLUSTER", "MYID").Text()
 		require.NoError(t, err)
 		c.ids = append(c.ids, id)
 	}
+	for _, m := range replicated {
+		c.addReplica(t, server, dir, m)
+	}
 	return c
+}
+
+// start starts one redis-server in cluster mode, with a node timeout of
+// 2 s (a stopped node is suspected after 2 s rather than 15), and
+// registers its PID and client.
+func (c *cluster) start(t *testing.T, server, dir string) {
+	port := freePort(t)
+	p := strconv.Itoa(port)
+	logf, err := os.Create(filepath.Join(dir, "redis-"+p+".log"))
+	require.NoError(t, err)
+	cmd := exec.Command(server, "--port", p, "--bind", "127.0.0.1",
+		"--cluster-enabled", "yes", "--cluster-config-file", "nodes-"+p+".conf",
+		"--cluster-node-timeout", "2000",
+		"--dir", dir, "--save", "", "--appendonly", "no", "--daemonize", "no")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill() // our own child, by PID; also when stopped
+		_ = cmd.Wait()
+		_ = logf.Close()
+	})
+	addr := "127.0.0.1:" + p
+	node := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = node.Close() })
+	c.addrs = append(c.addrs, addr)
+	c.nodes = append(c.nodes, node)
+	c.procs = append(c.procs, cmd)
+	waitFor(t, "redis-server on "+addr, func() error { return node.Ping(context.Background()).Err() })
+}
+
+// addReplica starts a node, introduces it to master m (CLUSTER MEET) and
+// makes it m's replica (CLUSTER REPLICATE), as redis-cli --cluster add-node
+// --cluster-slave does, then waits until its replication link is up and
+// every master lists it as m's replica: only then would the masters vote
+// for it in a failover.
+func (c *cluster) addReplica(t *testing.T, server, dir string, m int) {
+	ctx := context.Background()
+	c.start(t, server, dir)
+	r := len(c.nodes) - 1
+	node := c.nodes[r]
+	host, port, _ := net.SplitHostPort(c.addrs[m])
+	require.NoError(t, node.Do(ctx, "CLUSTER", "MEET", host, port).Err())
+	id, err := node.Do(ctx, "CLUSTER", "MYID").Text()
+	require.NoError(t, err)
+	c.ids = append(c.ids, id)
+	waitFor(t, "replica "+c.addrs[r]+" to know its master", func() error {
+		return node.Do(ctx, "CLUSTER", "REPLICATE", c.ids[m]).Err()
+	})
+	waitFor(t, "replication link of "+c.addrs[r], func() error {
+		if f := infoField(t, node, "replication", "master_link_status"); f != "up" {
+			return fmt.Errorf("master_link_status:%s", f)
+		}
+		return clusterOK(ctx, node)
+	})
+	c.waitReplica(t, r, m)
+}
+
+// waitReplica waits until every node that may be a master (0 to 2, and m)
+// other than r lists node r
+// as the replica of node m. Masters refuse to vote for a replica they
+// still see as a master ("it is a master node"), so a failover started
+// before then fails.
+func (c *cluster) waitReplica(t *testing.T, r, m int) {
+	t.Helper()
+	ctx := context.Background()
+	for _, i := range []int{0, 1, 2, m} {
+		if i == r {
+			continue
+		}
+		waitFor(t, c.addrs[i]+" to list "+c.addrs[r]+" as a replica", func() error {
+			nodes, err := c.nodes[i].ClusterNodes(ctx).Result()
+			if err != nil {
+				return err
+			}
+			for _, line := range strings.Split(nodes, "\n") {
+				if strings.HasPrefix(line, c.ids[r]+" ") && strings.Contains(line, " slave "+c.ids[m]+" ") {
+					return nil
+				}
+			}
+			return errors.New("not listed as a replica")
+		})
+	}
+}
+
+// clusterOK returns an error unless node reports cluster_state:ok.
+func clusterOK(ctx context.Context, node *redis.Client) error {
+	info, err := node.ClusterInfo(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(info, "cluster_state:ok") {
+		return errors.New("cluster state not ok")
+	}
+	return nil
+}
+
+// infoField returns one field of a section of node's INFO ("" when
+// absent).
+func infoField(t *testing.T, node *redis.Client, section, field string) string {
+	t.Helper()
+	info, err := node.Info(context.Background(), section).Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// role returns node's role, "master" or "slave", by ROLE.
+func role(ctx context.Context, node *redis.Client) (string, error) {
+	r, err := node.Do(ctx, "ROLE").Slice()
+	if err != nil {
+		return "", err
+	}
+	if len(r) == 0 {
+		return "", errors.New("empty ROLE reply")
+	}
+	s, _ := r[0].(string)
+	return s, nil
+}
+
+// signal sends sig to node i's redis-server, by PID.
+func (c *cluster) signal(t *testing.T, i int, sig syscall.Signal) {
+	t.Helper()
+	require.NoError(t, syscall.Kill(c.procs[i].Process.Pid, sig))
 }
 
 // waitFor polls f until it succeeds, for at most 20 seconds: readiness of
@@ -141,18 +246,23 @@ func waitFor(t *testing.T, what string, f func() error) {
 }
 
 // client returns a cluster client configured as the store's documentation
-// asks: the context's deadline ends a call, no replays.
-func (c *cluster) client(t *testing.T) *redis.ClusterClient {
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.addrs, MaxRetries: -1, ContextTimeoutEnabled: true})
+// asks: the context's deadline ends a call, no replays. tune, if any,
+// changes its options further.
+func (c *cluster) client(t *testing.T, tune ...func(*redis.ClusterOptions)) *redis.ClusterClient {
+	opt := &redis.ClusterOptions{Addrs: c.addrs, MaxRetries: -1, ContextTimeoutEnabled: true}
+	for _, f := range tune {
+		f(opt)
+	}
+	cc := redis.NewClusterClient(opt)
 	t.Cleanup(func() { _ = cc.Close() })
 	return cc
 }
 
-// owner returns the index of the master serving slot, by the cluster's
-// own slot map.
+// owner returns the index of the node serving slot as master, by the slot
+// map of node 1 (a master that the tests never stop or fail over).
 func (c *cluster) owner(t *testing.T, slot int) int {
 	t.Helper()
-	shards, err := c.nodes[0].ClusterShards(context.Background()).Result()
+	shards, err := c.nodes[1].ClusterShards(context.Background()).Result()
 	require.NoError(t, err)
 	for _, sh := range shards {
 		for _, r := range sh.Slots {
@@ -228,6 +338,16 @@ func (m model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 	return out
 }
 
+// peek returns the decisions of a Take of reqs at cost 0, which charges
+// nothing, without changing m.
+func (m model) peek(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
+	out := make([]ratelimit.Decision, len(reqs))
+	for i, r := range reqs {
+		_, out[i] = r.Limit.TakeAt(m[r.Key+"\x00"+r.Limit.ID()], now, 0)
+	}
+	return out
+}
+
 // equal compares a store's decisions with the model's, exactly.
 func equal(t *testing.T, got, want []ratelimit.Decision, format string, args ...any) {
 	t.Helper()
@@ -238,6 +358,32 @@ func equal(t *testing.T, got, want []ratelimit.Decision, format string, args ...
 			[5]any{g.Allowed, g.Remaining, g.Reset, g.RetryAfter, g.At},
 			"limit %s: %s", w.Limit.Name(), fmt.Sprintf(format, args...))
 	}
+}
+
+// newPrefix returns a key prefix no other run has used.
+func newPrefix() string { return "rmcluster:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":" }
+
+// newStore returns a Redis store on cc that decides by clock, under
+// prefix.
+func newStore(t *testing.T, cc *redis.ClusterClient, clock *clocktest.Clock, prefix string) *redisstore.Store {
+	t.Helper()
+	store, err := redisstore.New(cc, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix))
+	require.NoError(t, err)
+	return store
+}
+
+// same reports whether a store's decisions equal the model's, exactly.
+func same(got, want []ratelimit.Decision) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, w := range want {
+		g := got[i]
+		if g.Allowed != w.Allowed || g.Remaining != w.Remaining || g.Reset != w.Reset || g.RetryAfter != w.RetryAfter || g.At != w.At {
+			return false
+		}
+	}
+	return true
 }
 
 var t0 = time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.UTC)
@@ -272,9 +418,7 @@ func TestClusterStackedLimits(t *testing.T) {
 	ctx := context.Background()
 	cc := c.client(t)
 	clock := clocktest.New(t0)
-	prefix := "rmcluster:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	store, err := redisstore.New(cc, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix))
-	require.NoError(t, err)
+	store := newStore(t, cc, clock, newPrefix())
 
 	// Every Redis key of one caller is in one slot, which the cluster
 	// (CLUSTER KEYSLOT) and our CRC16 agree on; the callers cover all
@@ -305,7 +449,7 @@ func TestClusterStackedLimits(t *testing.T) {
 	// A call mixing two callers could span slots: the store refuses it
 	// before sending anything.
 	mixed := append(requests(callerKey(0), 0, 1), requests(callerKey(1), 1, 1)...)
-	err = store.Take(ctx, mixed, make([]ratelimit.Decision, len(mixed)))
+	err := store.Take(ctx, mixed, make([]ratelimit.Decision, len(mixed)))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidRequest)
 
 	m := model{}
@@ -342,9 +486,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	ctx := context.Background()
 	cc := c.client(t)
 	clock := clocktest.New(t0)
-	prefix := "rmcluster:" + strconv.FormatInt(time.Now().UnixNano(), 36) + ":"
-	store, err := redisstore.New(cc, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix))
-	require.NoError(t, err)
+	store := newStore(t, cc, clock, newPrefix())
 	m := model{}
 	take := func(key string, i int, msg string) ([]ratelimit.Decision, error) {
 		reqs := requests(key, i, 1)
@@ -391,7 +533,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	//    holds every key of both callers and decides as before.
 	require.NoError(t, dstNode.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", c.ids[src]).Err())
 	require.NoError(t, srcNode.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", c.ids[dst]).Err())
-	_, err = take(key, ki, "migrating, nothing moved")
+	_, err := take(key, ki, "migrating, nothing moved")
 	require.NoError(t, err)
 
 	// 2. One of the caller's three keys moves: its keys are split, so

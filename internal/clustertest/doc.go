@@ -1,7 +1,8 @@
-// Package clustertest holds the integration test of the Redis store on a
-// real three-master Redis Cluster, which it starts itself from the
-// redis-server and redis-cli binaries on PATH (skipped when they are
-// missing, unless RAMPMETER_REQUIRE_REDIS=1, which makes it fail instead).
+// Package clustertest holds the integration tests of the Redis store on a
+// real Redis Cluster of three masters (and a replica, for failovers), which
+// it starts itself from the redis-server and redis-cli binaries on PATH
+// (skipped when they are missing, unless RAMPMETER_REQUIRE_REDIS=1, which
+// makes it fail instead).
 // The package has no code of its own.
 //
 // # Cluster, Sentinel and Ring
@@ -21,7 +22,11 @@
 //     the caller's keys are on one node. A caller with all its keys on the
 //     source node is decided there; one with all its keys moved is
 //     redirected (ASK) and decided on the target. TestClusterSlotMigration
-//     shows each case.
+//     shows each case. A graceful failover loses nothing; a forced one
+//     forgives the charges the replica had not received; go-redis finds a
+//     new master only by MOVED or every ClusterStateReloadInterval (default
+//     60 s: set a few seconds). TestClusterFailover shows both, with figures
+//     (see the Cluster section of package redisstore).
 //   - Sentinel: redis.NewFailoverClient(&redis.FailoverOptions{MasterName:
 //     "mymaster", SentinelAddrs: sentinels, ContextTimeoutEnabled: true,
 //     MaxRetries: -1}). All commands go to the current master; on failover

@@ -81,6 +81,25 @@
 // error wrapping ratelimit.ErrInvalidRequest before sending anything. A
 // standalone or Sentinel client accepts such calls.
 //
+// A Cluster replicates asynchronously. A graceful failover (CLUSTER
+// FAILOVER on a replica) waits for the replica to catch up, so it loses
+// no charge and counts none twice: the calls in flight wait while the
+// master pauses writes (tens of milliseconds in the test), then are
+// redirected; those whose deadline ends first fail, uncharged. A forced
+// failover (a dead or hung master, or FAILOVER FORCE or TAKEOVER) loses
+// the charges the old master had acknowledged but not yet sent to its
+// replica, usually the last milliseconds' (the replication lag). The
+// replica has each caller's state as of the last write it received, so
+// exactly the lost charges' budget is given back, to be used again;
+// nothing is reset and nothing is charged twice. While the old master is
+// dead or hung it answers no MOVED, which is what makes go-redis (v9.23,
+// issue 3979) reload its slot map: until its ClusterStateReloadInterval
+// (60 s by default) has passed, it sends the calls for that master's
+// slots to it, and they fail. Set the interval to a few seconds.
+// TestClusterFailover (internal/clustertest) measures both failovers on
+// real servers; with a 1 s interval, calls succeeded again about 1 s
+// after the master hung.
+//
 // # Deadlines, retries and double charging
 //
 // When a call fails with a timeout or a dropped connection, the script may
