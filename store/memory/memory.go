@@ -142,12 +142,12 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, now int64, take
 	slot, st := sh.get(k, now)
 	var dec ratelimit.Decision
 	if take {
-		st, dec = r.Limit.TakeAt(st, now, r.Cost)
+		dec = r.Limit.TakeAt(&st, now, r.Cost)
 	} else {
-		st, dec = r.Limit.AdjustFrom(st, now, r.At, r.Cost)
+		dec = r.Limit.AdjustFrom(&st, now, r.At, r.Cost)
 	}
 	if dec.Allowed && r.Cost != 0 {
-		sh.put(k, slot, st, r.Limit.ExpiresAt(st), now, nil)
+		sh.put(k, slot, st, r.Limit.ExpiresAt(&st), now, nil)
 	}
 	sh.mu.Unlock()
 	*d = dec
@@ -219,10 +219,10 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int
 			work[i] = orig[i]
 		}
 		if take {
-			work[j], out[i] = r.Limit.TakeAt(work[j], now, r.Cost)
+			out[i] = r.Limit.TakeAt(&work[j], now, r.Cost)
 			all = all && out[i].Allowed
 		} else {
-			work[j], out[i] = r.Limit.AdjustFrom(work[j], now, r.At, r.Cost)
+			out[i] = r.Limit.AdjustFrom(&work[j], now, r.At, r.Cost)
 		}
 		if r.Cost != 0 {
 			dirty[j] = true
@@ -235,13 +235,13 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int
 				// The call's own keys are protected from eviction: an
 				// entry charged (or about to be) in this commit must
 				// not be lost by it.
-				s.shards[shardIdx[i]].put(keys[i], stored[i], work[i], reqs[i].Limit.ExpiresAt(work[i]), now, keys)
+				s.shards[shardIdx[i]].put(keys[i], stored[i], work[i], reqs[i].Limit.ExpiresAt(&work[i]), now, keys)
 			}
 		}
 	} else {
 		// Nothing is charged, so every decision reports the stored state.
 		for i := range reqs {
-			_, p := reqs[i].Limit.TakeAt(orig[slot[i]], now, 0)
+			p := reqs[i].Limit.TakeAt(new(orig[slot[i]]), now, 0)
 			out[i].Remaining, out[i].Reset = p.Remaining, p.Reset
 		}
 	}
