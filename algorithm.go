@@ -20,17 +20,18 @@ import "time"
 // state without copying it; to decide on a copy, copy the State first. The
 // elements of s.Log are never modified: a changed log is a new slice, so a
 // copy of a State taken before the call still describes the state before it.
-func (l *Limit) TakeAt(s *State, now, cost int64) Decision {
-	var d Decision
+func (l *Limit) TakeAt(s *State, now, cost int64) (d Decision) {
+	// The algorithms fill in d in place: a Decision is 64 bytes, and
+	// passing it up by value costs more than the arithmetic.
 	switch l.algorithm {
 	case GCRA:
-		d = l.gcraTake(s, now, cost)
+		l.gcraTake(s, now, cost, &d)
 	case FixedWindow, SlidingWindow:
-		d = l.windowTake(s, now, cost)
+		l.windowTake(s, now, cost, &d)
 	case SlidingLog:
-		d = l.logTake(s, now, cost)
+		l.logTake(s, now, cost, &d)
 	default: // TokenBucket, LeakyBucket
-		d = l.bucketTake(s, now, cost)
+		l.bucketTake(s, now, cost, &d)
 	}
 	d.Limit, d.At = l, now
 	return d
@@ -50,20 +51,19 @@ func (l *Limit) AdjustAt(s *State, now, delta int64) Decision {
 // the window that was charged, and drop it once that window has passed, so
 // a refund never creates capacity in a later window. Like TakeAt it
 // updates *s in place and never modifies the elements of s.Log.
-func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) Decision {
+func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) (d Decision) {
 	if chargedAt <= 0 || chargedAt > now {
 		chargedAt = now
 	}
-	var d Decision
 	switch l.algorithm {
 	case GCRA:
-		d = l.gcraAdjust(s, now, delta)
+		l.gcraAdjust(s, now, delta, &d)
 	case FixedWindow, SlidingWindow:
-		d = l.windowAdjust(s, now, chargedAt, delta)
+		l.windowAdjust(s, now, chargedAt, delta, &d)
 	case SlidingLog:
-		d = l.logAdjust(s, now, chargedAt, delta)
+		l.logAdjust(s, now, chargedAt, delta, &d)
 	default:
-		d = l.bucketAdjust(s, now, delta)
+		l.bucketAdjust(s, now, delta, &d)
 	}
 	d.Limit, d.At, d.Allowed = l, now, true
 	return d
@@ -110,9 +110,8 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 // admitted request's Delay is the time until the queue ahead of it has
 // drained: its slot (the "leaky bucket as a queue" of Tanenbaum, Computer
 // Networks, §5.4).
-func (l *Limit) bucketTake(s *State, now, cost int64) Decision {
+func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) {
 	l.drainTo(s, now)
-	var d Decision
 	switch {
 	case cost > l.Burst():
 		d.RetryAfter = RetryNever
@@ -125,11 +124,10 @@ func (l *Limit) bucketTake(s *State, now, cost int64) Decision {
 		}
 		s.Level += cost * l.scale
 	}
-	l.describeBucket(s.Level, &d)
-	return d
+	l.describeBucket(s.Level, d)
 }
 
-func (l *Limit) bucketAdjust(s *State, now, delta int64) Decision {
+func (l *Limit) bucketAdjust(s *State, now, delta int64, d *Decision) {
 	l.drainTo(s, now)
 	switch {
 	case delta > 0:
@@ -145,9 +143,7 @@ func (l *Limit) bucketAdjust(s *State, now, delta int64) Decision {
 			s.Level += delta * l.scale
 		}
 	}
-	var d Decision
-	l.describeBucket(s.Level, &d)
-	return d
+	l.describeBucket(s.Level, d)
 }
 
 // drainTo brings a bucket forward to now. A clock that moves backwards is
@@ -181,18 +177,16 @@ func (l *Limit) describeBucket(level int64, d *Decision) {
 // Level = max(0, TAT − now) (T being a whole number of microseconds, which
 // New checks for GCRA), so the two admit exactly the same requests; GCRA
 // stores one integer instead of two.
-func (l *Limit) gcraTake(s *State, now, cost int64) Decision {
+func (l *Limit) gcraTake(s *State, now, cost int64, d *Decision) {
 	gcraToBucket(s, now)
-	d := l.bucketTake(s, now, cost)
+	l.bucketTake(s, now, cost, d)
 	gcraFromBucket(s, now)
-	return d
 }
 
-func (l *Limit) gcraAdjust(s *State, now, delta int64) Decision {
+func (l *Limit) gcraAdjust(s *State, now, delta int64, d *Decision) {
 	gcraToBucket(s, now)
-	d := l.bucketAdjust(s, now, delta)
+	l.bucketAdjust(s, now, delta, d)
 	gcraFromBucket(s, now)
-	return d
 }
 
 // gcraToBucket turns a GCRA state into the equivalent bucket at now.
@@ -253,9 +247,8 @@ func (l *Limit) roll(s *State, w int64) {
 // elapsed in the current window, both in whole milliseconds, the rule
 // prev×(P−e)/P + cur + cost ≤ Quota is evaluated exactly as
 // prev×(P−e) + (cur+cost)×P ≤ Quota×P.
-func (l *Limit) windowTake(s *State, now, cost int64) Decision {
+func (l *Limit) windowTake(s *State, now, cost int64, d *Decision) {
 	l.roll(s, l.windowStart(s, now))
-	var d Decision
 	switch {
 	case cost > l.quota:
 		d.RetryAfter = RetryNever
@@ -265,8 +258,7 @@ func (l *Limit) windowTake(s *State, now, cost int64) Decision {
 		d.Allowed = true
 		s.Level += cost
 	}
-	l.describeWindow(s, now, &d)
-	return d
+	l.describeWindow(s, now, d)
 }
 
 // weightUnits is the sliding window's period in milliseconds (1 for a
@@ -324,7 +316,7 @@ func (l *Limit) describeWindow(s *State, now int64, d *Decision) {
 // the current one, or (sliding window) the previous one. Usage charged in a
 // window that has passed is no longer counted, so a refund for it is
 // dropped and an overage is charged to the current window.
-func (l *Limit) windowAdjust(s *State, now, chargedAt, delta int64) Decision {
+func (l *Limit) windowAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
 	l.roll(s, l.windowStart(s, now))
 	p := l.periodUS
 	cw := chargedAt - chargedAt%p
@@ -344,9 +336,7 @@ func (l *Limit) windowAdjust(s *State, now, chargedAt, delta int64) Decision {
 	case delta > 0:
 		s.Level = clamp(s.Level+delta, 0, limit)
 	}
-	var d Decision
-	l.describeWindow(s, now, &d)
-	return d
+	l.describeWindow(s, now, d)
 }
 
 // clamp bounds v to [lo, hi] without overflowing for any delta that was
@@ -358,9 +348,8 @@ func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 // logTake keeps one admission time per admitted unit and admits cost iff the
 // units admitted in the last Period, plus cost, are at most Quota: exact,
 // at O(Quota) memory per key (Quota is bounded by MaxLogQuota).
-func (l *Limit) logTake(s *State, now, cost int64) Decision {
+func (l *Limit) logTake(s *State, now, cost int64, d *Decision) {
 	s.Log = l.logLive(s.Log, now)
-	var d Decision
 	switch {
 	case cost > l.quota:
 		d.RetryAfter = RetryNever
@@ -372,11 +361,10 @@ func (l *Limit) logTake(s *State, now, cost int64) Decision {
 		d.Allowed = true
 		s.Log = logAppend(s.Log, now, cost)
 	}
-	l.describeLog(s, now, &d)
-	return d
+	l.describeLog(s, now, d)
 }
 
-func (l *Limit) logAdjust(s *State, now, chargedAt, delta int64) Decision {
+func (l *Limit) logAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
 	s.Log = l.logLive(s.Log, now)
 	switch {
 	case delta > 0:
@@ -391,9 +379,7 @@ func (l *Limit) logAdjust(s *State, now, chargedAt, delta int64) Decision {
 		}
 		s.Log = s.Log[:n:n]
 	}
-	var d Decision
-	l.describeLog(s, now, &d)
-	return d
+	l.describeLog(s, now, d)
 }
 
 // logLive drops the entries that have left the window: an entry admitted at
