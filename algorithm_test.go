@@ -80,8 +80,7 @@ func TestLeakyBucketSmoothsABurst(t *testing.T) {
 	var s State
 	var sends []int64
 	for i := range 100 {
-		var d Decision
-		d = l.TakeAt(&s, t0, 1)
+		d := l.TakeAt(&s, t0, 1)
 		require.True(t, d.Allowed, "request %d", i)
 		assert.Equal(t, time.Duration(i)*600*time.Millisecond, d.Delay, "request %d", i)
 		sends = append(sends, t0+d.Delay.Microseconds())
@@ -115,8 +114,7 @@ func TestFixedWindowBoundaryBurst(t *testing.T) {
 	late := t0 + 59_900_000
 	admitted := 0
 	for range 150 {
-		var d Decision
-		d = l.TakeAt(&s, late, 1)
+		d := l.TakeAt(&s, late, 1)
 		if d.Allowed {
 			admitted++
 		} else {
@@ -125,8 +123,7 @@ func TestFixedWindowBoundaryBurst(t *testing.T) {
 		}
 	}
 	for range 150 {
-		var d Decision
-		d = l.TakeAt(&s, t0+60*sec, 1)
+		d := l.TakeAt(&s, t0+60*sec, 1)
 		if d.Allowed {
 			admitted++
 		}
@@ -166,8 +163,7 @@ func TestSlidingWindowCounter(t *testing.T) {
 	admitted := 0
 	var last Decision
 	for range 60 {
-		var d Decision
-		d = l.TakeAt(&s, now, 1)
+		d := l.TakeAt(&s, now, 1)
 		if d.Allowed {
 			admitted++
 		} else {
@@ -193,8 +189,7 @@ func TestSlidingLog(t *testing.T) {
 	l := Every(3, 10*time.Second).WithAlgorithm(SlidingLog)
 	var s State
 	for i := range int64(3) {
-		var d Decision
-		d = l.TakeAt(&s, t0+i*sec, 1)
+		d := l.TakeAt(&s, t0+i*sec, 1)
 		require.True(t, d.Allowed)
 	}
 	d := l.TakeAt(new(s), t0+5*sec, 1)

@@ -104,8 +104,7 @@ func TestTakeAtBurstThenRefill(t *testing.T) {
 	now := start + 30_000_000
 	allowed := 0
 	for i := range 60 {
-		var d Decision
-		d = l.TakeAt(&s, now, 1)
+		d := l.TakeAt(&s, now, 1)
 		if d.Allowed {
 			allowed++
 			assert.Equal(t, int64(49-i), d.Remaining)
