@@ -421,7 +421,7 @@ func gcd(a, b int64) int64 {
 // the capacity in internal units is capacity = Burst × scale. All three are
 // below 2^51. Params returns zeros for an invalid limit.
 func (l Limit) Params() (scale, drain, capacity int64) {
-	if l.Err() != nil {
+	if l.err != nil || l.id == "" { // Err() != nil, without its copy of l
 		return 0, 0, 0
 	}
 	return l.scale, l.drain, l.capacity
