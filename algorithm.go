@@ -2,71 +2,78 @@ package ratelimit
 
 import "time"
 
-// The algorithms as pure functions of (state, now, cost). Stores apply them
-// to their stored State; the Redis store's Lua script mirrors them and the
-// conformance suite in package storetest holds the two equal. Time is
-// integer microseconds since the Unix epoch throughout.
+// The algorithms as pure functions of (state, now, cost): each updates the
+// State it is given in place and returns a Decision, and depends on nothing
+// else. Stores apply them to their stored State; the Redis store's Lua
+// script mirrors them and the conformance suite in package storetest holds
+// the two equal. Time is integer microseconds since the Unix epoch
+// throughout.
 
-// TakeAt applies Take's rule for one limit at now (µs since the Unix epoch):
-// it returns the state after charging cost if the cost fits, and the state
-// brought up to date but uncharged otherwise. A cost of 0 peeks: it never
+// TakeAt applies Take's rule for one limit at now (µs since the Unix epoch)
+// to *s: it charges cost if the cost fits, and otherwise only brings *s up
+// to date (an equivalent state, uncharged). A cost of 0 peeks: it never
 // charges, and it is refused only while the limit is in debt (an Adjust
 // charged more than the capacity), with RetryAfter the time until the debt
-// is paid off. The limit
-// must be valid and cost ≥ 0.
-func (l *Limit) TakeAt(s State, now, cost int64) (State, Decision) {
-	var d Decision
+// is paid off. The limit must be valid and cost ≥ 0.
+//
+// The state is updated in place so that a store can decide on its stored
+// state without copying it; to decide on a copy, copy the State first. The
+// elements of s.Log are never modified: a changed log is a new slice, so a
+// copy of a State taken before the call still describes the state before it.
+func (l *Limit) TakeAt(s *State, now, cost int64) (d Decision) {
+	// The algorithms fill in d in place: a Decision is 64 bytes, and
+	// passing it up by value costs more than the arithmetic.
 	switch l.algorithm {
 	case GCRA:
-		s, d = l.gcraTake(s, now, cost)
+		l.gcraTake(s, now, cost, &d)
 	case FixedWindow, SlidingWindow:
-		s, d = l.windowTake(s, now, cost)
+		l.windowTake(s, now, cost, &d)
 	case SlidingLog:
-		s, d = l.logTake(s, now, cost)
+		l.logTake(s, now, cost, &d)
 	default: // TokenBucket, LeakyBucket
-		s, d = l.bucketTake(s, now, cost)
+		l.bucketTake(s, now, cost, &d)
 	}
 	d.Limit, d.At = l, now
-	return s, d
+	return d
 }
 
-// AdjustAt applies Adjust's rule for one limit at now, for usage charged
-// now: see AdjustFrom.
-func (l *Limit) AdjustAt(s State, now, delta int64) (State, Decision) {
+// AdjustAt applies Adjust's rule for one limit at now to *s, for usage
+// charged now: see AdjustFrom.
+func (l *Limit) AdjustAt(s *State, now, delta int64) Decision {
 	return l.AdjustFrom(s, now, 0, delta)
 }
 
-// AdjustFrom applies Adjust's rule for one limit at now, settling usage that
-// was charged at chargedAt (µs; 0 means now): delta > 0 adds usage,
-// possibly beyond capacity as debt (bounded internally, at least twice the
-// capacity; windows keep at most twice the quota), delta < 0 refunds it,
-// never below empty. Window algorithms credit a refund only to the window
-// that was charged, and drop it once that window has passed, so a refund
-// never creates capacity in a later window.
-func (l *Limit) AdjustFrom(s State, now, chargedAt, delta int64) (State, Decision) {
+// AdjustFrom applies Adjust's rule for one limit at now to *s, settling
+// usage that was charged at chargedAt (µs; 0 means now): delta > 0 adds
+// usage, possibly beyond capacity as debt (bounded internally, at least
+// twice the capacity; windows keep at most twice the quota), delta < 0
+// refunds it, never below empty. Window algorithms credit a refund only to
+// the window that was charged, and drop it once that window has passed, so
+// a refund never creates capacity in a later window. Like TakeAt it
+// updates *s in place and never modifies the elements of s.Log.
+func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) (d Decision) {
 	if chargedAt <= 0 || chargedAt > now {
 		chargedAt = now
 	}
-	var d Decision
 	switch l.algorithm {
 	case GCRA:
-		s, d = l.gcraAdjust(s, now, delta)
+		l.gcraAdjust(s, now, delta, &d)
 	case FixedWindow, SlidingWindow:
-		s, d = l.windowAdjust(s, now, chargedAt, delta)
+		l.windowAdjust(s, now, chargedAt, delta, &d)
 	case SlidingLog:
-		s, d = l.logAdjust(s, now, chargedAt, delta)
+		l.logAdjust(s, now, chargedAt, delta, &d)
 	default:
-		s, d = l.bucketAdjust(s, now, delta)
+		l.bucketAdjust(s, now, delta, &d)
 	}
 	d.Limit, d.At, d.Allowed = l, now, true
-	return s, d
+	return d
 }
 
-// ExpiresAt returns the time (µs since the Unix epoch) after which s is
+// ExpiresAt returns the time (µs since the Unix epoch) after which *s is
 // equivalent to the zero State, so a store may forget it: a forgotten key
-// behaves exactly like s would. A state that is already equivalent to the
-// zero State may report any time up to now.
-func (l *Limit) ExpiresAt(s State) int64 {
+// behaves exactly like *s would. A state that is already equivalent to the
+// zero State may report any time up to now. It does not modify *s.
+func (l *Limit) ExpiresAt(s *State) int64 {
 	switch l.algorithm {
 	case GCRA:
 		return s.Level
@@ -74,14 +81,13 @@ func (l *Limit) ExpiresAt(s State) int64 {
 		if s.Level == 0 {
 			return s.Updated
 		}
-		return s.Updated + l.period.Microseconds()
+		return s.Updated + l.periodUS
 	case SlidingWindow:
-		p := l.period.Microseconds()
 		switch {
 		case s.Level > 0:
-			return s.Updated + 2*p
+			return s.Updated + 2*l.periodUS
 		case s.Prev > 0:
-			return s.Updated + p
+			return s.Updated + l.periodUS
 		default:
 			return s.Updated
 		}
@@ -89,7 +95,7 @@ func (l *Limit) ExpiresAt(s State) int64 {
 		if len(s.Log) == 0 {
 			return 0
 		}
-		return s.Log[len(s.Log)-1] + l.period.Microseconds()
+		return s.Log[len(s.Log)-1] + l.periodUS
 	default:
 		return s.Updated + ceilDiv(s.Level, l.drain)
 	}
@@ -104,15 +110,13 @@ func (l *Limit) ExpiresAt(s State) int64 {
 // admitted request's Delay is the time until the queue ahead of it has
 // drained: its slot (the "leaky bucket as a queue" of Tanenbaum, Computer
 // Networks, §5.4).
-func (l *Limit) bucketTake(s State, now, cost int64) (State, Decision) {
-	s = l.drainTo(s, now)
-	capacity := l.Burst() * l.scale
-	var d Decision
+func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) {
+	l.drainTo(s, now)
 	switch {
 	case cost > l.Burst():
 		d.RetryAfter = RetryNever
-	case s.Level+cost*l.scale > capacity:
-		d.RetryAfter = micros(ceilDiv(s.Level+cost*l.scale-capacity, l.drain))
+	case s.Level+cost*l.scale > l.capacity:
+		d.RetryAfter = micros(ceilDiv(s.Level+cost*l.scale-l.capacity, l.drain))
 	default:
 		d.Allowed = true
 		if l.algorithm == LeakyBucket {
@@ -120,12 +124,11 @@ func (l *Limit) bucketTake(s State, now, cost int64) (State, Decision) {
 		}
 		s.Level += cost * l.scale
 	}
-	l.describeBucket(s, &d)
-	return s, d
+	l.describeBucket(s.Level, d)
 }
 
-func (l *Limit) bucketAdjust(s State, now, delta int64) (State, Decision) {
-	s = l.drainTo(s, now)
+func (l *Limit) bucketAdjust(s *State, now, delta int64, d *Decision) {
+	l.drainTo(s, now)
 	switch {
 	case delta > 0:
 		if delta > (maxLevel-s.Level)/l.scale {
@@ -140,16 +143,14 @@ func (l *Limit) bucketAdjust(s State, now, delta int64) (State, Decision) {
 			s.Level += delta * l.scale
 		}
 	}
-	var d Decision
-	l.describeBucket(s, &d)
-	return s, d
+	l.describeBucket(s.Level, d)
 }
 
 // drainTo brings a bucket forward to now. A clock that moves backwards is
 // treated as standing still, so no capacity is created or lost.
-func (l *Limit) drainTo(s State, now int64) State {
+func (l *Limit) drainTo(s *State, now int64) {
 	if now <= s.Updated {
-		return s
+		return
 	}
 	elapsed := now - s.Updated
 	if elapsed >= s.Level || elapsed >= ceilDiv(s.Level, l.drain) {
@@ -158,15 +159,14 @@ func (l *Limit) drainTo(s State, now int64) State {
 		s.Level -= elapsed * l.drain
 	}
 	s.Updated = now
-	return s
 }
 
-func (l *Limit) describeBucket(s State, d *Decision) {
-	capacity := l.Burst() * l.scale
-	if s.Level < capacity {
-		d.Remaining = (capacity - s.Level) / l.scale
+// describeBucket sets d's Remaining and Reset for a bucket at level.
+func (l *Limit) describeBucket(level int64, d *Decision) {
+	if level < l.capacity {
+		d.Remaining = (l.capacity - level) / l.scale
 	}
-	d.Reset = micros(ceilDiv(s.Level, l.drain))
+	d.Reset = micros(ceilDiv(level, l.drain))
 }
 
 // GCRA (ITU-T I.371 "virtual scheduling"; Brandur Leach, "Rate Limiting,
@@ -177,25 +177,30 @@ func (l *Limit) describeBucket(s State, d *Decision) {
 // Level = max(0, TAT − now) (T being a whole number of microseconds, which
 // New checks for GCRA), so the two admit exactly the same requests; GCRA
 // stores one integer instead of two.
-func (l *Limit) gcraTake(s State, now, cost int64) (State, Decision) {
-	b, d := l.bucketTake(gcraBucket(s, now), now, cost)
-	return gcraState(b, now), d
+func (l *Limit) gcraTake(s *State, now, cost int64, d *Decision) {
+	gcraToBucket(s, now)
+	l.bucketTake(s, now, cost, d)
+	gcraFromBucket(s, now)
 }
 
-func (l *Limit) gcraAdjust(s State, now, delta int64) (State, Decision) {
-	b, d := l.bucketAdjust(gcraBucket(s, now), now, delta)
-	return gcraState(b, now), d
+func (l *Limit) gcraAdjust(s *State, now, delta int64, d *Decision) {
+	gcraToBucket(s, now)
+	l.bucketAdjust(s, now, delta, d)
+	gcraFromBucket(s, now)
 }
 
-func gcraBucket(s State, now int64) State {
-	return State{Level: max(0, s.Level-now), Updated: now}
+// gcraToBucket turns a GCRA state into the equivalent bucket at now.
+func gcraToBucket(s *State, now int64) {
+	*s = State{Level: max(0, s.Level-now), Updated: now}
 }
 
-func gcraState(b State, now int64) State {
-	if b.Level == 0 {
-		return State{}
+// gcraFromBucket turns a bucket brought to now back into a GCRA state.
+func gcraFromBucket(s *State, now int64) {
+	if s.Level == 0 {
+		*s = State{}
+		return
 	}
-	return State{Level: now + b.Level}
+	*s = State{Level: now + s.Level}
 }
 
 // ---- Fixed window and sliding-window counter ----
@@ -207,8 +212,8 @@ func gcraState(b State, now int64) State {
 // as it would on a key never seen, which is what ExpiresAt promises and
 // what a store that forgets such a state does. A clock that moves
 // backwards stays in the stored window.
-func (l *Limit) windowStart(s State, now int64) int64 {
-	p := l.period.Microseconds()
+func (l *Limit) windowStart(s *State, now int64) int64 {
+	p := l.periodUS
 	if l.firstHit {
 		if s.Updated != 0 && s.Level > 0 && now < s.Updated+p {
 			return s.Updated
@@ -219,12 +224,11 @@ func (l *Limit) windowStart(s State, now int64) int64 {
 }
 
 // roll moves a window state to the window starting at w.
-func (l *Limit) roll(s State, w int64) State {
+func (l *Limit) roll(s *State, w int64) {
 	if w == s.Updated {
-		return s
+		return
 	}
-	p := l.period.Microseconds()
-	if w == s.Updated+p {
+	if w == s.Updated+l.periodUS {
 		s.Prev = s.Level
 	} else {
 		s.Prev = 0
@@ -233,7 +237,6 @@ func (l *Limit) roll(s State, w int64) State {
 		s.Prev = 0
 	}
 	s.Level, s.Updated = 0, w
-	return s
 }
 
 // windowTake decides a fixed window (count ≤ Quota per window) or a
@@ -244,10 +247,8 @@ func (l *Limit) roll(s State, w int64) State {
 // elapsed in the current window, both in whole milliseconds, the rule
 // prev×(P−e)/P + cur + cost ≤ Quota is evaluated exactly as
 // prev×(P−e) + (cur+cost)×P ≤ Quota×P.
-func (l *Limit) windowTake(s State, now, cost int64) (State, Decision) {
-	w := l.windowStart(s, now)
-	s = l.roll(s, w)
-	var d Decision
+func (l *Limit) windowTake(s *State, now, cost int64, d *Decision) {
+	l.roll(s, l.windowStart(s, now))
 	switch {
 	case cost > l.quota:
 		d.RetryAfter = RetryNever
@@ -257,8 +258,7 @@ func (l *Limit) windowTake(s State, now, cost int64) (State, Decision) {
 		d.Allowed = true
 		s.Level += cost
 	}
-	l.describeWindow(s, now, &d)
-	return s, d
+	l.describeWindow(s, now, d)
 }
 
 // weightUnits is the sliding window's period in milliseconds (1 for a
@@ -271,7 +271,7 @@ func (l *Limit) weightUnits() int64 {
 }
 
 // windowUsed returns the usage at now, including cost, in units × weightUnits.
-func (l *Limit) windowUsed(s State, now, cost int64) int64 {
+func (l *Limit) windowUsed(s *State, now, cost int64) int64 {
 	if l.algorithm != SlidingWindow {
 		return s.Level + cost
 	}
@@ -281,8 +281,8 @@ func (l *Limit) windowUsed(s State, now, cost int64) int64 {
 }
 
 // windowRetry returns the µs until cost fits (cost ≤ Quota).
-func (l *Limit) windowRetry(s State, now, cost int64) int64 {
-	p := l.period.Microseconds()
+func (l *Limit) windowRetry(s *State, now, cost int64) int64 {
+	p := l.periodUS
 	if l.algorithm != SlidingWindow {
 		return s.Updated + p - now
 	}
@@ -302,7 +302,7 @@ func (l *Limit) windowRetry(s State, now, cost int64) int64 {
 	return s.Updated + p + e*1000 - now
 }
 
-func (l *Limit) describeWindow(s State, now int64, d *Decision) {
+func (l *Limit) describeWindow(s *State, now int64, d *Decision) {
 	pm := l.weightUnits()
 	if used := l.windowUsed(s, now, 0); used < l.quota*pm {
 		d.Remaining = min(l.quota, (l.quota*pm-used)/pm)
@@ -316,9 +316,9 @@ func (l *Limit) describeWindow(s State, now int64, d *Decision) {
 // the current one, or (sliding window) the previous one. Usage charged in a
 // window that has passed is no longer counted, so a refund for it is
 // dropped and an overage is charged to the current window.
-func (l *Limit) windowAdjust(s State, now, chargedAt, delta int64) (State, Decision) {
-	s = l.roll(s, l.windowStart(s, now))
-	p := l.period.Microseconds()
+func (l *Limit) windowAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
+	l.roll(s, l.windowStart(s, now))
+	p := l.periodUS
 	cw := chargedAt - chargedAt%p
 	if l.firstHit {
 		cw = s.Updated
@@ -336,9 +336,7 @@ func (l *Limit) windowAdjust(s State, now, chargedAt, delta int64) (State, Decis
 	case delta > 0:
 		s.Level = clamp(s.Level+delta, 0, limit)
 	}
-	var d Decision
-	l.describeWindow(s, now, &d)
-	return s, d
+	l.describeWindow(s, now, d)
 }
 
 // clamp bounds v to [lo, hi] without overflowing for any delta that was
@@ -350,25 +348,23 @@ func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 // logTake keeps one admission time per admitted unit and admits cost iff the
 // units admitted in the last Period, plus cost, are at most Quota: exact,
 // at O(Quota) memory per key (Quota is bounded by MaxLogQuota).
-func (l *Limit) logTake(s State, now, cost int64) (State, Decision) {
+func (l *Limit) logTake(s *State, now, cost int64, d *Decision) {
 	s.Log = l.logLive(s.Log, now)
-	var d Decision
 	switch {
 	case cost > l.quota:
 		d.RetryAfter = RetryNever
 	case int64(len(s.Log))+cost > l.quota:
 		// The oldest entries must expire until cost fits.
 		k := int64(len(s.Log)) + cost - l.quota
-		d.RetryAfter = micros(s.Log[k-1] + l.period.Microseconds() - now)
+		d.RetryAfter = micros(s.Log[k-1] + l.periodUS - now)
 	default:
 		d.Allowed = true
 		s.Log = logAppend(s.Log, now, cost)
 	}
-	l.describeLog(s, now, &d)
-	return s, d
+	l.describeLog(s, now, d)
 }
 
-func (l *Limit) logAdjust(s State, now, chargedAt, delta int64) (State, Decision) {
+func (l *Limit) logAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
 	s.Log = l.logLive(s.Log, now)
 	switch {
 	case delta > 0:
@@ -383,15 +379,13 @@ func (l *Limit) logAdjust(s State, now, chargedAt, delta int64) (State, Decision
 		}
 		s.Log = s.Log[:n:n]
 	}
-	var d Decision
-	l.describeLog(s, now, &d)
-	return s, d
+	l.describeLog(s, now, d)
 }
 
 // logLive drops the entries that have left the window: an entry admitted at
 // t counts while now < t + Period.
 func (l *Limit) logLive(log []int64, now int64) []int64 {
-	p := l.period.Microseconds()
+	p := l.periodUS
 	i := 0
 	for i < len(log) && log[i]+p <= now {
 		i++
@@ -419,10 +413,10 @@ func logAppend(log []int64, now, n int64) []int64 {
 	return out
 }
 
-func (l *Limit) describeLog(s State, now int64, d *Decision) {
+func (l *Limit) describeLog(s *State, now int64, d *Decision) {
 	d.Remaining = max(0, l.quota-int64(len(s.Log)))
 	if len(s.Log) > 0 {
-		d.Reset = micros(s.Log[len(s.Log)-1] + l.period.Microseconds() - now)
+		d.Reset = micros(s.Log[len(s.Log)-1] + l.periodUS - now)
 	}
 }
 

@@ -56,16 +56,16 @@ func TestGCRAEqualsTokenBucket(t *testing.T) {
 			if rng.IntN(10) == 0 {
 				delta := rng.Int64N(2*base.Burst()) - base.Burst()
 				var dtb, dgc Decision
-				stb, dtb = tb.AdjustAt(stb, now, delta)
-				sgc, dgc = gc.AdjustAt(sgc, now, delta)
+				dtb = tb.AdjustAt(&stb, now, delta)
+				dgc = gc.AdjustAt(&sgc, now, delta)
 				dtb.Limit, dgc.Limit = nil, nil
 				require.Equal(t, dtb, dgc, "%v step %d adjust %d", base, step, delta)
 				continue
 			}
 			cost := rng.Int64N(base.Burst()/4 + 2)
 			var dtb, dgc Decision
-			stb, dtb = tb.TakeAt(stb, now, cost)
-			sgc, dgc = gc.TakeAt(sgc, now, cost)
+			dtb = tb.TakeAt(&stb, now, cost)
+			dgc = gc.TakeAt(&sgc, now, cost)
 			dtb.Limit, dgc.Limit = nil, nil
 			require.Equal(t, dtb, dgc, "%v step %d cost %d", base, step, cost)
 			assert.Zero(t, sgc.Updated, "GCRA keeps one number")
@@ -80,13 +80,12 @@ func TestLeakyBucketSmoothsABurst(t *testing.T) {
 	var s State
 	var sends []int64
 	for i := range 100 {
-		var d Decision
-		s, d = l.TakeAt(s, t0, 1)
+		d := l.TakeAt(&s, t0, 1)
 		require.True(t, d.Allowed, "request %d", i)
 		assert.Equal(t, time.Duration(i)*600*time.Millisecond, d.Delay, "request %d", i)
 		sends = append(sends, t0+d.Delay.Microseconds())
 	}
-	_, d := l.TakeAt(s, t0, 1)
+	d := l.TakeAt(new(s), t0, 1)
 	assert.False(t, d.Allowed, "the queue holds Burst = 100 units")
 	assert.Equal(t, 600*time.Millisecond, d.RetryAfter)
 	assert.Zero(t, d.Delay)
@@ -101,7 +100,7 @@ func TestLeakyBucketSmoothsABurst(t *testing.T) {
 	}
 	// 30 s later half the queue has drained: the next request waits for
 	// the 50 still ahead of it.
-	_, d = l.TakeAt(s, t0+30*sec, 1)
+	d = l.TakeAt(new(s), t0+30*sec, 1)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, 30*time.Second, d.Delay)
 }
@@ -115,8 +114,7 @@ func TestFixedWindowBoundaryBurst(t *testing.T) {
 	late := t0 + 59_900_000
 	admitted := 0
 	for range 150 {
-		var d Decision
-		s, d = l.TakeAt(s, late, 1)
+		d := l.TakeAt(&s, late, 1)
 		if d.Allowed {
 			admitted++
 		} else {
@@ -125,28 +123,28 @@ func TestFixedWindowBoundaryBurst(t *testing.T) {
 		}
 	}
 	for range 150 {
-		var d Decision
-		s, d = l.TakeAt(s, t0+60*sec, 1)
+		d := l.TakeAt(&s, t0+60*sec, 1)
 		if d.Allowed {
 			admitted++
 		}
 	}
 	assert.Equal(t, 200, admitted, "2× the quota within 100 ms")
-	_, d := l.TakeAt(s, t0+60*sec, 101)
+	d := l.TakeAt(new(s), t0+60*sec, 101)
 	assert.True(t, d.Never())
 }
 
 func TestFixedWindowFirstHit(t *testing.T) {
 	l := PerMinute(2).WithAlgorithm(FixedWindow).AlignToFirstHit()
 	first := t0 + 17*sec
-	s, d := l.TakeAt(State{}, first, 1)
+	var s State
+	d := l.TakeAt(&s, first, 1)
 	require.True(t, d.Allowed)
 	assert.Equal(t, 60*time.Second, d.Reset, "the window opened at the first hit")
-	s, _ = l.TakeAt(s, first+10*sec, 1)
-	_, d = l.TakeAt(s, first+10*sec, 1)
+	l.TakeAt(&s, first+10*sec, 1)
+	d = l.TakeAt(new(s), first+10*sec, 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 50*time.Second, d.RetryAfter)
-	s, d = l.TakeAt(s, first+60*sec, 1)
+	d = l.TakeAt(&s, first+60*sec, 1)
 	assert.True(t, d.Allowed, "a new window opens at the first hit after the last one closed")
 	assert.Equal(t, first+60*sec, s.Updated)
 }
@@ -159,14 +157,13 @@ func TestSlidingWindowCounter(t *testing.T) {
 	l := PerMinute(100).WithAlgorithm(SlidingWindow)
 	var s State
 	for range 100 {
-		s, _ = l.TakeAt(s, t0+10*sec, 1)
+		l.TakeAt(&s, t0+10*sec, 1)
 	}
 	now := t0 + 90*sec
 	admitted := 0
 	var last Decision
 	for range 60 {
-		var d Decision
-		s, d = l.TakeAt(s, now, 1)
+		d := l.TakeAt(&s, now, 1)
 		if d.Allowed {
 			admitted++
 		} else {
@@ -177,13 +174,13 @@ func TestSlidingWindowCounter(t *testing.T) {
 	assert.Equal(t, 600*time.Millisecond, last.RetryAfter)
 	assert.Equal(t, int64(0), last.Remaining)
 	assert.Equal(t, 90*time.Second, last.Reset, "the current count weighs until t0+180s")
-	_, d := l.TakeAt(s, now+600_000, 1)
+	d := l.TakeAt(new(s), now+600_000, 1)
 	assert.True(t, d.Allowed)
 
 	// Nothing in this window fits 50 units (prev would have to weigh 0);
 	// in the next one the 50 counted now weigh 50 × (60000−e)/60000 and
 	// 50 + that ≤ 100 holds from e = 0: retry at t0+120s.
-	_, d = l.TakeAt(s, now, 50)
+	d = l.TakeAt(new(s), now, 50)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 30*time.Second, d.RetryAfter)
 }
@@ -192,24 +189,25 @@ func TestSlidingLog(t *testing.T) {
 	l := Every(3, 10*time.Second).WithAlgorithm(SlidingLog)
 	var s State
 	for i := range int64(3) {
-		var d Decision
-		s, d = l.TakeAt(s, t0+i*sec, 1)
+		d := l.TakeAt(&s, t0+i*sec, 1)
 		require.True(t, d.Allowed)
 	}
-	_, d := l.TakeAt(s, t0+5*sec, 1)
+	d := l.TakeAt(new(s), t0+5*sec, 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 5*time.Second, d.RetryAfter, "the entry at t0 leaves the window at t0+10s")
 	assert.Equal(t, 7*time.Second, d.Reset, "the newest entry (t0+2s) leaves at t0+12s")
-	_, d = l.TakeAt(s, t0+5*sec, 2)
+	d = l.TakeAt(new(s), t0+5*sec, 2)
 	assert.Equal(t, 6*time.Second, d.RetryAfter, "two entries must leave: t0+1s leaves at t0+11s")
 	orig := append([]int64(nil), s.Log...)
-	s2, d := l.TakeAt(s, t0+10*sec, 1)
+	s2 := s
+	d = l.TakeAt(&s2, t0+10*sec, 1)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, []int64{t0 + 1*sec, t0 + 2*sec, t0 + 10*sec}, s2.Log)
 	assert.Equal(t, orig, s.Log, "the input state's log is never modified")
 
 	// A refund removes only entries charged at or after the charge time.
-	s3, d := l.AdjustFrom(s2, t0+10*sec, t0+2*sec, -5)
+	s3 := s2
+	d = l.AdjustFrom(&s3, t0+10*sec, t0+2*sec, -5)
 	assert.Equal(t, []int64{t0 + 1*sec}, s3.Log)
 	assert.Equal(t, int64(2), d.Remaining)
 }
@@ -218,25 +216,27 @@ func TestSlidingLog(t *testing.T) {
 // a later one.
 func TestWindowRefunds(t *testing.T) {
 	fixed := PerMinute(10).WithAlgorithm(FixedWindow)
-	s, d := fixed.TakeAt(State{}, t0+50*sec, 8)
+	var s State
+	d := fixed.TakeAt(&s, t0+50*sec, 8)
 	charged := d.At
-	s, d = fixed.AdjustFrom(s, t0+55*sec, charged, -5)
+	d = fixed.AdjustFrom(&s, t0+55*sec, charged, -5)
 	assert.Equal(t, int64(7), d.Remaining, "same window: refunded")
-	s, _ = fixed.AdjustFrom(s, t0+55*sec, charged, 5) // charge it back: 8 used
-	s, d = fixed.AdjustFrom(s, t0+65*sec, charged, -8)
+	fixed.AdjustFrom(&s, t0+55*sec, charged, 5) // charge it back: 8 used
+	d = fixed.AdjustFrom(&s, t0+65*sec, charged, -8)
 	assert.Equal(t, int64(10), d.Remaining, "the charged window has closed: nothing to credit")
-	_, d = fixed.AdjustFrom(s, t0+65*sec, charged, 3)
+	d = fixed.AdjustFrom(new(s), t0+65*sec, charged, 3)
 	assert.Equal(t, int64(7), d.Remaining, "an overage for a closed window is charged to the current one")
 
 	sliding := PerMinute(10).WithAlgorithm(SlidingWindow)
-	s, _ = sliding.TakeAt(State{}, t0+50*sec, 8)
-	s, d = sliding.AdjustFrom(s, t0+90*sec, t0+50*sec, -6)
+	s = State{}
+	sliding.TakeAt(&s, t0+50*sec, 8)
+	d = sliding.AdjustFrom(&s, t0+90*sec, t0+50*sec, -6)
 	// prev 2, weighted 2 × 30/60 = 1 → 9 remaining; the refund went to the
 	// previous window, not the current one.
 	assert.Equal(t, int64(9), d.Remaining)
 	assert.Equal(t, int64(2), s.Prev)
 	assert.Equal(t, int64(0), s.Level)
-	_, d = sliding.AdjustFrom(s, t0+150*sec, t0+50*sec, -2)
+	d = sliding.AdjustFrom(new(s), t0+150*sec, t0+50*sec, -2)
 	assert.Equal(t, int64(10), d.Remaining)
 }
 
@@ -246,20 +246,21 @@ func TestAllAlgorithmsNeverAndPeek(t *testing.T) {
 	for _, a := range []Algorithm{TokenBucket, GCRA, LeakyBucket, SlidingWindow, SlidingLog, FixedWindow} {
 		l := PerMinute(60).WithAlgorithm(a)
 		require.NoError(t, l.Err(), a.String())
-		s, d := l.TakeAt(State{}, t0, 61)
+		var s State
+		d := l.TakeAt(&s, t0, 61)
 		assert.True(t, d.Never(), a.String())
 		assert.Equal(t, int64(60), d.Remaining, a.String())
-		s, d = l.TakeAt(s, t0, 0)
+		d = l.TakeAt(&s, t0, 0)
 		assert.True(t, d.Allowed, a.String())
 		assert.Equal(t, int64(60), d.Remaining, a.String())
-		assert.LessOrEqual(t, l.ExpiresAt(s), t0, "%v: a peek leaves nothing to store", a)
-		s, d = l.TakeAt(s, t0, 60)
+		assert.LessOrEqual(t, l.ExpiresAt(&s), t0, "%v: a peek leaves nothing to store", a)
+		d = l.TakeAt(&s, t0, 60)
 		assert.True(t, d.Allowed, a.String())
 		assert.Equal(t, int64(0), d.Remaining, a.String())
-		_, d = l.TakeAt(s, t0, 1)
+		d = l.TakeAt(new(s), t0, 1)
 		assert.False(t, d.Allowed, a.String())
 		assert.Positive(t, d.RetryAfter, a.String())
-		assert.Greater(t, l.ExpiresAt(s), t0, a.String())
+		assert.Greater(t, l.ExpiresAt(&s), t0, a.String())
 	}
 }
 
@@ -268,11 +269,12 @@ func TestAllAlgorithmsNeverAndPeek(t *testing.T) {
 func TestWindowAdjustSaturates(t *testing.T) {
 	for _, a := range []Algorithm{FixedWindow, SlidingWindow} {
 		l := PerMinute(60).WithAlgorithm(a)
-		s, _ := l.TakeAt(State{}, t0, 5)
-		s, d := l.AdjustAt(s, t0, math.MaxInt64)
+		var s State
+		l.TakeAt(&s, t0, 5)
+		d := l.AdjustAt(&s, t0, math.MaxInt64)
 		assert.Equal(t, int64(120), s.Level, a.String())
 		assert.Zero(t, d.Remaining, a.String())
-		s, _ = l.AdjustAt(s, t0, math.MinInt64)
+		l.AdjustAt(&s, t0, math.MinInt64)
 		assert.Zero(t, s.Level, a.String())
 	}
 }
@@ -285,24 +287,26 @@ func TestWindowAdjustSaturates(t *testing.T) {
 func TestFixedWindowFirstHitEmptyWindow(t *testing.T) {
 	l := PerMinute(2).WithAlgorithm(FixedWindow).AlignToFirstHit()
 	first := t0 + 17*sec
-	s, d := l.TakeAt(State{}, first, 1)
+	var s State
+	d := l.TakeAt(&s, first, 1)
 	require.True(t, d.Allowed)
-	s, d = l.AdjustFrom(s, first+10*sec, d.At, -1)
+	d = l.AdjustFrom(&s, first+10*sec, d.At, -1)
 	assert.Equal(t, int64(2), d.Remaining)
-	assert.LessOrEqual(t, l.ExpiresAt(s), first+10*sec, "nothing counted: forgettable")
+	assert.LessOrEqual(t, l.ExpiresAt(&s), first+10*sec, "nothing counted: forgettable")
 	// The next hit, 20 s after the first, opens a window of its own: Reset
 	// is the whole period, exactly as on a key never seen.
-	_, d = l.TakeAt(s, first+20*sec, 1)
-	_, fresh := l.TakeAt(State{}, first+20*sec, 1)
+	d = l.TakeAt(new(s), first+20*sec, 1)
+	fresh := l.TakeAt(&State{}, first+20*sec, 1)
 	assert.Equal(t, 60*time.Second, d.Reset)
 	assert.Equal(t, fresh, d)
 
 	// A peek after a window closed rolls to an empty window at the peek;
 	// it must not open a window either.
-	s, _ = l.TakeAt(State{}, first, 2)
-	s, d = l.TakeAt(s, first+70*sec, 0)
+	s = State{}
+	l.TakeAt(&s, first, 2)
+	d = l.TakeAt(&s, first+70*sec, 0)
 	assert.True(t, d.Allowed)
-	_, d = l.TakeAt(s, first+80*sec, 1)
+	d = l.TakeAt(new(s), first+80*sec, 1)
 	assert.Equal(t, 60*time.Second, d.Reset, "the window opens at the hit, not at the peek")
 }
 
@@ -330,19 +334,19 @@ func TestExpiresAtMeansForgettable(t *testing.T) {
 			var d Decision
 			switch {
 			case rng.IntN(4) == 0:
-				s, d = l.AdjustFrom(s, now, now-rng.Int64N(4*sec), cost-4)
+				d = l.AdjustFrom(&s, now, now-rng.Int64N(4*sec), cost-4)
 			default:
-				s, d = l.TakeAt(s, now, cost)
+				d = l.TakeAt(&s, now, cost)
 			}
 			_ = d
-			exp := l.ExpiresAt(s)
+			exp := l.ExpiresAt(&s)
 			if exp > now+4*l.Period().Microseconds() {
 				continue
 			}
 			for _, at := range []int64{max(exp, now), max(exp, now) + 1, max(exp, now) + l.Period().Microseconds()/3} {
 				for _, c := range []int64{0, 1, 3} {
-					_, got := l.TakeAt(s, at, c)
-					_, want := l.TakeAt(State{}, at, c)
+					got := l.TakeAt(new(s), at, c)
+					want := l.TakeAt(&State{}, at, c)
 					require.Equal(t, want, got, "%v step %d: state %+v expired at %d, take %d at %d", l, step, s, exp, c, at)
 				}
 			}

@@ -34,8 +34,8 @@
 //
 // Algorithms (see [Algorithm]): TokenBucket (default), GCRA, LeakyBucket,
 // SlidingWindow, SlidingLog and FixedWindow. Their math is written once, as
-// pure functions of (state, now, cost) in integer microseconds
-// ([Limit.TakeAt], [Limit.AdjustFrom]); the Redis script mirrors it and the
+// pure functions of (state, now, cost) in integer microseconds that update
+// the state in place ([Limit.TakeAt], [Limit.AdjustFrom]); the Redis script mirrors it and the
 // conformance suite in store/storetest holds every store to it.
 //
 // [hooks]: https://pkg.go.dev/github.com/rampmeter/ratelimit/hooks

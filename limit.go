@@ -145,6 +145,8 @@ type Limit struct {
 	// ratio: refilling one unit takes scale/drain microseconds.
 	scale    int64 // microseconds-per-unit numerator: Period(µs)/g
 	drain    int64 // units-per-microsecond numerator: Quota/g
+	capacity int64 // Burst × scale, the capacity in internal units
+	periodUS int64 // Period in µs
 	id       string
 	buildErr error // first error from a builder method; sticks
 	err      error // buildErr, or the result of validation
@@ -293,7 +295,7 @@ func (l Limit) String() string {
 
 // finish validates l and computes its derived fields.
 func (l Limit) finish() Limit {
-	l.scale, l.drain, l.id = 0, 0, ""
+	l.scale, l.drain, l.capacity, l.periodUS, l.id = 0, 0, 0, 0, ""
 	l.err = l.buildErr
 	if l.err == nil {
 		l.err = l.validate()
@@ -309,7 +311,7 @@ func (l Limit) finish() Limit {
 			ErrInvalidLimit, l.Name(), l.Burst(), scale)
 		return l
 	}
-	l.scale, l.drain = scale, drain
+	l.scale, l.drain, l.capacity, l.periodUS = scale, drain, l.Burst()*scale, periodMicros
 	if err := l.validateAlgorithm(drain); err != nil {
 		l.err = err
 		return l
@@ -419,10 +421,10 @@ func gcd(a, b int64) int64 {
 // the capacity in internal units is capacity = Burst × scale. All three are
 // below 2^51. Params returns zeros for an invalid limit.
 func (l Limit) Params() (scale, drain, capacity int64) {
-	if l.Err() != nil {
+	if l.err != nil || l.id == "" { // Err() != nil, without its copy of l
 		return 0, 0, 0
 	}
-	return l.scale, l.drain, l.Burst() * l.scale
+	return l.scale, l.drain, l.capacity
 }
 
 // ceilDiv returns ceil(a/b) for a ≥ 0, b > 0.

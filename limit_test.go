@@ -100,12 +100,11 @@ func TestTakeAtBurstThenRefill(t *testing.T) {
 	l := PerSecond(10).WithBurst(50)
 	start := Micros(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var s State
-	s, _ = l.TakeAt(s, start, 1)
+	l.TakeAt(&s, start, 1)
 	now := start + 30_000_000
 	allowed := 0
 	for i := range 60 {
-		var d Decision
-		s, d = l.TakeAt(s, now, 1)
+		d := l.TakeAt(&s, now, 1)
 		if d.Allowed {
 			allowed++
 			assert.Equal(t, int64(49-i), d.Remaining)
@@ -119,29 +118,31 @@ func TestTakeAtBurstThenRefill(t *testing.T) {
 	assert.Equal(t, 50, allowed)
 
 	// 100 ms later exactly one unit has refilled.
-	s, d := l.TakeAt(s, now+100_000, 1)
+	d := l.TakeAt(&s, now+100_000, 1)
 	assert.True(t, d.Allowed)
-	_, d = l.TakeAt(s, now+100_000, 1)
+	d = l.TakeAt(new(s), now+100_000, 1)
 	assert.False(t, d.Allowed)
 }
 
 func TestTakeAtNeverAndPeek(t *testing.T) {
 	l := PerMinute(60)
 	now := int64(1_000_000_000)
-	s, d := l.TakeAt(State{}, now, 61)
+	var s State
+	d := l.TakeAt(&s, now, 61)
 	assert.False(t, d.Allowed)
 	assert.True(t, d.Never())
 	assert.Equal(t, RetryNever, d.RetryAfter)
 	assert.Equal(t, State{Level: 0, Updated: now}, s, "a refused request charges nothing")
 	assert.Equal(t, int64(60), d.Remaining)
 
-	s, d = l.TakeAt(s, now, 60)
+	d = l.TakeAt(&s, now, 60)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, int64(0), d.Remaining)
 	assert.Equal(t, time.Minute, d.Reset)
 
 	// A peek reports without charging.
-	s2, d := l.TakeAt(s, now+1_500_000, 0)
+	s2 := s
+	d = l.TakeAt(&s2, now+1_500_000, 0)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, int64(1), d.Remaining, "1.5 s refills 1.5 units; remaining rounds down")
 	assert.Equal(t, 58500*time.Millisecond, d.Reset)
@@ -151,38 +152,40 @@ func TestTakeAtNeverAndPeek(t *testing.T) {
 func TestAdjustAt(t *testing.T) {
 	l := PerMinute(60) // one unit per second: scale 1,000,000, drain 1
 	now := int64(5_000_000_000)
-	s, _ := l.TakeAt(State{}, now, 10)
+	var s State
+	l.TakeAt(&s, now, 10)
 
 	// A refund larger than the usage empties the bucket, never below zero.
-	s, d := l.AdjustAt(s, now, -25)
+	d := l.AdjustAt(&s, now, -25)
 	assert.Equal(t, int64(0), s.Level)
 	assert.Equal(t, int64(60), d.Remaining)
 	assert.Zero(t, d.Reset)
 
 	// A charge beyond capacity is debt: 100 units used of 60, so a
 	// 1-unit request waits until 59 are used: 41 s.
-	s, d = l.AdjustAt(s, now, 100)
+	d = l.AdjustAt(&s, now, 100)
 	assert.Equal(t, int64(0), d.Remaining)
 	assert.Equal(t, 100*time.Second, d.Reset)
-	_, d = l.TakeAt(s, now, 1)
+	d = l.TakeAt(new(s), now, 1)
 	assert.False(t, d.Allowed)
 	assert.Equal(t, 41*time.Second, d.RetryAfter)
 
 	// Extreme adjustments saturate instead of overflowing.
-	s, _ = l.AdjustAt(s, now, math.MaxInt64)
+	l.AdjustAt(&s, now, math.MaxInt64)
 	assert.Equal(t, maxLevel, s.Level)
-	s, _ = l.AdjustAt(s, now, math.MinInt64)
+	l.AdjustAt(&s, now, math.MinInt64)
 	assert.Equal(t, int64(0), s.Level)
 }
 
 func TestClockBackwardsCreatesNothing(t *testing.T) {
 	l := PerSecond(1)
-	s, _ := l.TakeAt(State{}, 10_000_000, 1)
-	s, d := l.TakeAt(s, 5_000_000, 1) // the clock jumped 5 s back
+	var s State
+	l.TakeAt(&s, 10_000_000, 1)
+	d := l.TakeAt(&s, 5_000_000, 1) // the clock jumped 5 s back
 	assert.False(t, d.Allowed)
 	assert.Equal(t, time.Second, d.RetryAfter)
 	assert.Equal(t, int64(10_000_000), s.Updated)
-	assert.Equal(t, int64(11_000_000), l.ExpiresAt(s))
+	assert.Equal(t, int64(11_000_000), l.ExpiresAt(&s))
 }
 
 func TestCheckRequests(t *testing.T) {

@@ -108,8 +108,10 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 		case take && r.Cost < 0:
 			return fmt.Errorf("%w: request %d: negative cost %d in Take (use Adjust to refund)", ErrInvalidRequest, i, r.Cost)
 		}
-		if err := r.Limit.Err(); err != nil {
-			return fmt.Errorf("%w: request %d: %w", ErrInvalidRequest, i, err)
+		// The fields Err reads, read in place: Err's value receiver
+		// would copy the whole Limit on every store call.
+		if r.Limit.err != nil || r.Limit.id == "" {
+			return fmt.Errorf("%w: request %d: %w", ErrInvalidRequest, i, r.Limit.Err())
 		}
 	}
 	return nil

@@ -322,7 +322,8 @@ func (m model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 	next := make([]ratelimit.State, len(reqs))
 	all := true
 	for i, r := range reqs {
-		next[i], out[i] = r.Limit.TakeAt(m[r.Key+"\x00"+r.Limit.ID()], now, r.Cost)
+		next[i] = m[r.Key+"\x00"+r.Limit.ID()]
+		out[i] = r.Limit.TakeAt(&next[i], now, r.Cost)
 		all = all && out[i].Allowed
 	}
 	if all {
@@ -332,7 +333,7 @@ func (m model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 		return out
 	}
 	for i, r := range reqs {
-		_, p := r.Limit.TakeAt(m[r.Key+"\x00"+r.Limit.ID()], now, 0)
+		p := r.Limit.TakeAt(new(m[r.Key+"\x00"+r.Limit.ID()]), now, 0)
 		out[i].Remaining, out[i].Reset = p.Remaining, p.Reset
 	}
 	return out

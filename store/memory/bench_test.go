@@ -185,8 +185,9 @@ func BenchmarkTakeNewKeysAtCap(b *testing.B) {
 }
 
 // BenchmarkMemoryPerKey measures the heap held per stored entry with
-// 1,000,000 distinct keys of 18 bytes under one limit: the map slot, the
-// copy of the key, and the map's spare capacity.
+// 1,000,000 distinct keys of 18 bytes under one limit: the index slot, the
+// slab entry and its name, the copy of the key, and the spare capacity of
+// the index and the slab.
 func BenchmarkMemoryPerKey(b *testing.B) {
 	const n = 1_000_000
 	keys := make([]string, n)

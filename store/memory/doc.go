@@ -6,13 +6,17 @@
 // # Decisions
 //
 // Take and Adjust apply the pure functions (*ratelimit.Limit).TakeAt,
-// AdjustAt and ExpiresAt to the stored state, so the memory store and the
-// Redis store compute the same integers. A stacked call locks every shard it
-// touches (in ascending shard order, so concurrent calls cannot deadlock),
-// evaluates all its requests, and commits either all charges or none. The
-// state of one key under all its limits lives in one shard, so the common
-// stack of several limits on one key takes one lock. A decision on an
-// existing key allocates nothing for stacks of up to 8 requests.
+// AdjustFrom and ExpiresAt to the stored state, so the memory store and the
+// Redis store compute the same integers. A stacked call locks every shard
+// it touches (in ascending shard order, so concurrent calls cannot
+// deadlock), evaluates all its requests, and commits either all charges or
+// none. The state of one key under all its limits lives in one shard, so
+// the common stack of several limits on one key takes one lock. A call
+// reads the store's clock once, with its locks held, so the times of one
+// key's decisions never go backwards even when callers race (which would
+// let GCRA, whose state has no time of its own, decide differently from
+// the token bucket). A decision on an existing key allocates nothing for
+// stacks of up to 8 requests.
 //
 // # Memory, expiry and sweeping
 //
@@ -34,8 +38,8 @@
 // # Eviction policy and threat model
 //
 // When a new entry must go into a full shard that a sweep could not thin,
-// the store samples 8 entries of that shard and evicts the one that expires
-// earliest: the one closest to a full bucket, whose loss forgives the least
+// the store samples 8 entries of that shard, spread at random over it, and
+// evicts the one that expires earliest: the one closest to a full bucket, whose loss forgives the least
 // usage. An evicted key starts afresh, with a full bucket, when next seen.
 //
 // The threat is a client that controls its key, for example by rotating
@@ -49,12 +53,12 @@
 // must make the other sampled entries expire later than it, that is, spend
 // more on each of its keys than that user has spent, and even then the
 // loss is at most that user's usage. Sampling makes the choice approximate
-// and cheap: eviction costs a handful of map reads, never a scan.
+// and cheap: eviction costs a handful of reads, never a scan.
 //
 // Eviction is a safety valve, not a working mode: size MaxKeys above the
 // number of (key, limit) pairs active within the longest Reset of your
-// limits. An entry takes about 150 bytes with short keys (see
-// BenchmarkMemoryPerKey), so the default cap bounds the store near 160 MB.
+// limits. An entry takes about 145 bytes with short keys (see
+// BenchmarkMemoryPerKey), so the default cap bounds the store near 150 MB.
 // Memory stays at its high-water mark: the space of deleted entries is
 // reused for new ones, not returned.
 package memory

@@ -53,7 +53,8 @@ func New(opts ...Option) (*Store, error) {
 		if i < c.maxKeys%n {
 			s.shards[i].max++
 		}
-		s.shards[i].index = make(map[entryKey]int)
+		s.shards[i].index = make(map[uint64]int32)
+		s.shards[i].seed = s.seed
 	}
 	return s, nil
 }
@@ -65,7 +66,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.index)
+		n += sh.live
 		sh.mu.Unlock()
 	}
 	return n
@@ -107,98 +108,113 @@ func (s *Store) do(ctx context.Context, reqs []ratelimit.Request, out []ratelimi
 	case 0:
 		return nil
 	case 1:
-		s.one(&reqs[0], &out[0], s.micros(), take)
+		s.one(&reqs[0], &out[0], take)
 		return nil
 	}
-	s.many(reqs, out, s.micros(), take)
+	s.many(reqs, out, take)
 	return nil
 }
 
-// micros reads the store's clock in µs since the Unix epoch. The default
-// clock is the wall time at New plus the monotonic time elapsed since: it
-// reads one clock instead of time.Now's two, and steps of the wall clock
-// (NTP, an operator) neither refill nor freeze buckets.
-func (s *Store) micros() int64 {
-	if s.wall != nil {
-		return ratelimit.Micros(s.wall())
+// now reads the store's clock in µs since the Unix epoch, with the shards
+// in locked held: every decision reads it inside the locks of the shards
+// it decides in, so that the times of one key's decisions never go
+// backwards even when concurrent callers race. The default clock is the
+// wall time at New plus the monotonic time elapsed since: it reads one
+// clock instead of time.Now's two, and steps of the wall clock (NTP, an
+// operator) neither refill nor freeze buckets.
+func (s *Store) now(locked []uint32) int64 {
+	if s.wall == nil {
+		return s.baseUS + time.Since(s.base).Microseconds()
 	}
-	return s.baseUS + time.Since(s.base).Microseconds()
+	return s.wallNow(locked)
 }
 
-// shardOf returns the index of the shard that holds key's entries. All
-// limits of one key share a shard, so a stack on one key takes one lock.
-func (s *Store) shardOf(key string) uint32 {
-	if s.mask == 0 {
-		return 0
-	}
-	return uint32(maphash.String(s.seed, key) & s.mask)
+// wallNow reads WithClock's clock. If the clock panics, it unlocks the
+// shards in locked before the panic goes on, so that they stay usable.
+func (s *Store) wallNow(locked []uint32) int64 {
+	done := false
+	defer func() {
+		if !done {
+			for _, i := range locked {
+				s.shards[i].mu.Unlock()
+			}
+		}
+	}()
+	now := ratelimit.Micros(s.wall())
+	done = true
+	return now
 }
+
+// hash returns the hash of key that selects its shard (the low bits) and
+// its chain in the shard's index. All limits of one key share a shard, so
+// a stack on one key takes one lock.
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // one decides a single request: the common case, with no bookkeeping.
-func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, now int64, take bool) {
-	k := entryKey{r.Key, r.Limit.ID()}
-	sh := &s.shards[s.shardOf(r.Key)]
+func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
+	l := r.Limit
+	h := s.hash(r.Key)
+	idx := uint32(h & s.mask)
+	sh := &s.shards[idx]
 	sh.mu.Lock()
-	slot, st := sh.get(k, now)
-	var dec ratelimit.Decision
+	now := s.now([]uint32{idx})
+	var st ratelimit.State
+	slot := sh.get(h, r.Key, l, now, &st)
 	if take {
-		st, dec = r.Limit.TakeAt(st, now, r.Cost)
+		*d = l.TakeAt(&st, now, r.Cost)
 	} else {
-		st, dec = r.Limit.AdjustFrom(st, now, r.At, r.Cost)
+		*d = l.AdjustFrom(&st, now, r.At, r.Cost)
 	}
-	if dec.Allowed && r.Cost != 0 {
-		sh.put(k, slot, st, r.Limit.ExpiresAt(st), now, nil)
+	if d.Allowed && r.Cost != 0 {
+		sh.put(h, r.Key, l, slot, &st, l.ExpiresAt(&st), now, nil)
 	}
 	sh.mu.Unlock()
-	*d = dec
 }
 
 // many decides a stack of requests atomically.
-func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int64, take bool) {
+func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bool) {
 	n := len(reqs)
 	// Scratch space on the stack for up to stackN requests.
 	var (
-		keysA   [stackN]entryKey
-		shardA  [stackN]uint32
+		hashA   [stackN]uint64
+		firstA  [stackN]int32
 		slotA   [stackN]int32
-		origA   [stackN]ratelimit.State
 		workA   [stackN]ratelimit.State
-		slotsA  [stackN]int
 		dirtyA  [stackN]bool
 		lockedA [stackN]uint32
 	)
-	keys := fit(keysA[:], n)
-	shardIdx := fit(shardA[:], n)
-	// slot[i] is the index of the first request for the same entry as
-	// request i; orig, work, stored and dirty are indexed by slot.
-	// stored[i] is the entry's slot in its shard, or -1.
+	hashes := fit(hashA[:], n)
+	// first[i] is the index of the first request for the same entry as
+	// request i; slot, work and dirty are indexed by it. slot[i] is the
+	// entry's slot in its shard, or none.
+	first := fit(firstA[:], n)
 	slot := fit(slotA[:], n)
-	orig := fit(origA[:], n)
 	work := fit(workA[:], n)
-	stored := fit(slotsA[:], n)
 	dirty := fit(dirtyA[:], n)
 	locked := lockedA[:0]
 
+	type entryKey struct{ key, limitID string }
 	var index map[entryKey]int32 // finds duplicates in long stacks
 	if n > 4*stackN {
 		index = make(map[entryKey]int32, n)
 	}
 	for i := range reqs {
-		keys[i] = entryKey{reqs[i].Key, reqs[i].Limit.ID()}
-		shardIdx[i] = s.shardOf(reqs[i].Key)
-		locked = insertSorted(locked, shardIdx[i])
-		slot[i] = int32(i)
+		r := &reqs[i]
+		hashes[i] = s.hash(r.Key)
+		locked = insertSorted(locked, uint32(hashes[i]&s.mask))
+		first[i] = int32(i)
 		if index != nil {
-			if j, dup := index[keys[i]]; dup {
-				slot[i] = j
+			k := entryKey{r.Key, r.Limit.ID()}
+			if j, dup := index[k]; dup {
+				first[i] = j
 			} else {
-				index[keys[i]] = int32(i)
+				index[k] = int32(i)
 			}
 			continue
 		}
 		for j := range i {
-			if slot[j] == int32(j) && keys[j] == keys[i] {
-				slot[i] = int32(j)
+			if first[j] == int32(j) && hashes[j] == hashes[i] && reqs[j].Key == r.Key && reqs[j].Limit.ID() == r.Limit.ID() {
+				first[i] = int32(j)
 				break
 			}
 		}
@@ -209,20 +225,20 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int
 	for _, idx := range locked {
 		s.shards[idx].mu.Lock()
 	}
+	now := s.now(locked)
 
 	all := true
 	for i := range reqs {
 		r := &reqs[i]
-		j := slot[i]
+		j := first[i]
 		if j == int32(i) {
-			stored[i], orig[i] = s.shards[shardIdx[i]].get(keys[i], now)
-			work[i] = orig[i]
+			slot[i] = s.shards[hashes[i]&s.mask].get(hashes[i], r.Key, r.Limit, now, &work[i])
 		}
 		if take {
-			work[j], out[i] = r.Limit.TakeAt(work[j], now, r.Cost)
+			out[i] = r.Limit.TakeAt(&work[j], now, r.Cost)
 			all = all && out[i].Allowed
 		} else {
-			work[j], out[i] = r.Limit.AdjustFrom(work[j], now, r.At, r.Cost)
+			out[i] = r.Limit.AdjustFrom(&work[j], now, r.At, r.Cost)
 		}
 		if r.Cost != 0 {
 			dirty[j] = true
@@ -231,17 +247,25 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, now int
 
 	if all {
 		for i := range reqs {
-			if slot[i] == int32(i) && dirty[i] {
-				// The call's own keys are protected from eviction: an
-				// entry charged (or about to be) in this commit must
-				// not be lost by it.
-				s.shards[shardIdx[i]].put(keys[i], stored[i], work[i], reqs[i].Limit.ExpiresAt(work[i]), now, keys)
+			if first[i] == int32(i) && dirty[i] {
+				// The call's own entries are protected from eviction:
+				// an entry charged (or about to be) in this commit
+				// must not be lost by it.
+				r := &reqs[i]
+				s.shards[hashes[i]&s.mask].put(hashes[i], r.Key, r.Limit, slot[i], &work[i], r.Limit.ExpiresAt(&work[i]), now, reqs)
 			}
 		}
 	} else {
-		// Nothing is charged, so every decision reports the stored state.
+		// Nothing is charged, so every decision reports the stored
+		// state: a peek at it (get found every live entry above, so
+		// none has expired since).
 		for i := range reqs {
-			_, p := reqs[i].Limit.TakeAt(orig[slot[i]], now, 0)
+			r := &reqs[i]
+			var st ratelimit.State
+			if j := slot[first[i]]; j != none {
+				s.shards[hashes[i]&s.mask].load(j, r.Limit, &st)
+			}
+			p := r.Limit.TakeAt(&st, now, 0)
 			out[i].Remaining, out[i].Reset = p.Remaining, p.Reset
 		}
 	}

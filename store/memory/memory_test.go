@@ -127,6 +127,69 @@ func TestNilContext(t *testing.T) {
 	assert.ErrorIs(t, s.Adjust(ctx, []ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, out), ratelimit.ErrInvalidRequest)
 }
 
+// The clock is read with the shards of the call locked, so that one key's
+// decisions are made at times that never go backwards: two racing callers
+// cannot decide at times in the opposite order of their turns in the lock.
+func TestClockReadUnderLock(t *testing.T) {
+	var s *Store
+	var reads, unlocked atomic.Int64
+	s, err := New(WithShards(1), WithClock(func() time.Time {
+		reads.Add(1)
+		if s.shards[0].mu.TryLock() {
+			unlocked.Add(1)
+			s.shards[0].mu.Unlock()
+		}
+		return t0
+	}))
+	require.NoError(t, err)
+	l := ratelimit.PerSecond(10)
+	take(t, s, ratelimit.Request{Key: "k", Limit: &l, Cost: 1})
+	take(t, s, ratelimit.Request{Key: "k", Limit: &l, Cost: 1}, ratelimit.Request{Key: "j", Limit: &l, Cost: 1})
+	assert.Equal(t, int64(2), reads.Load(), "one reading per call")
+	assert.Zero(t, unlocked.Load(), "read with the shard locked")
+}
+
+// A clock that panics does not leave its shards locked.
+func TestPanickingClockUnlocks(t *testing.T) {
+	var fail atomic.Bool
+	s, err := New(WithShards(2), WithClock(func() time.Time {
+		if fail.Load() {
+			panic("clock failed")
+		}
+		return t0
+	}))
+	require.NoError(t, err)
+	l := ratelimit.PerSecond(10)
+	stack := []ratelimit.Request{{Key: "a", Limit: &l, Cost: 1}, {Key: "b", Limit: &l, Cost: 1}, {Key: "c", Limit: &l, Cost: 1}}
+	out := make([]ratelimit.Decision, len(stack))
+	call := func(reqs []ratelimit.Request) (panicked any, err error) {
+		defer func() { panicked = recover() }()
+		return nil, s.Take(context.Background(), reqs, out)
+	}
+	// A shard left locked would hang the calls after the first: run them
+	// with a deadline far beyond their microseconds of work.
+	done := make(chan struct{})
+	var p1, p2, p3 any
+	go func() {
+		defer close(done)
+		fail.Store(true)
+		p1, _ = call(stack[:1])
+		p2, _ = call(stack)
+		fail.Store(false)
+		p3, err = call(stack)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a shard stayed locked after the clock panicked")
+	}
+	assert.Equal(t, "clock failed", p1, "one request")
+	assert.Equal(t, "clock failed", p2, "a stack")
+	require.Nil(t, p3)
+	require.NoError(t, err)
+	assert.True(t, out[0].Allowed && out[1].Allowed && out[2].Allowed)
+}
+
 func take(t testing.TB, s *Store, reqs ...ratelimit.Request) []ratelimit.Decision {
 	t.Helper()
 	out := make([]ratelimit.Decision, len(reqs))
@@ -145,7 +208,7 @@ func shardLensWithinCaps(t *testing.T, s *Store) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n, m := len(sh.index), sh.max
+		n, m := sh.live, sh.max
 		sh.mu.Unlock()
 		require.LessOrEqual(t, n, m, "shard %d", i)
 	}

@@ -30,10 +30,12 @@ type config struct {
 
 // WithClock sets the clock the store decides by. Tests pass a fake clock;
 // the clock may move backwards, which creates no capacity. now must not be
-// nil and must be safe for concurrent use. The default is time.Now read
-// once, at New, and advanced by the monotonic clock: it is cheaper than
-// calling time.Now, and steps of the wall clock neither refill nor freeze
-// buckets.
+// nil and must be safe for concurrent use. The store calls it with shard
+// locks held, so it must return promptly and must not call the store (a
+// panic in it unlocks them before it propagates). The default is time.Now
+// read once, at New, and advanced by the monotonic clock: it is cheaper
+// than calling time.Now, and steps of the wall clock neither refill nor
+// freeze buckets.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {

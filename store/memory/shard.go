@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"hash/maphash"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"unsafe"
@@ -20,34 +22,48 @@ const (
 	evictSamples = 8
 	// cacheLine is the padding unit that keeps shards' locks apart.
 	cacheLine = 128
+	// none marks the absence of a slot.
+	none = -1
 )
-
-// entryKey identifies one entry: a key under one limit. Struct keys avoid
-// building (and allocating) a combined string for every lookup.
-type entryKey struct {
-	key     string
-	limitID string
-}
 
 // entry is the stored state of one (key, limit) pair and when it expires
 // (µs since the Unix epoch), kept so that sweeping and eviction need no
-// Limit.
+// Limit. It holds no pointers, so the garbage collector never scans the
+// slab; a sliding log's timestamps live in shardData.logs.
 type entry struct {
-	state   ratelimit.State
-	expires int64
+	level, updated, prev int64 // ratelimit.State's numbers
+	expires              int64
+}
+
+// name identifies the entry in the same slot of the slab, and links the
+// entries whose keys hash alike. A free slot has an empty key (stores
+// reject empty keys).
+type name struct {
+	key   string // a private copy of the request's key
+	limit string // the limit's ID
+	next  int32  // the next slot in the chain, or none
 }
 
 type shardData struct {
 	mu sync.Mutex
-	// index maps each stored entry to its slot in slab. Keeping the
-	// entries in a slab, not in the map, lets a decision on an existing
-	// entry hash its key once and update the slot in place; the slab
-	// holds no pointers, so the garbage collector does not scan it.
-	index     map[entryKey]int
-	slab      []entry
-	free      []int // slots of slab not in use
-	max       int   // cap on len(index)
-	lastSweep int64 // µs
+	// index maps the hash of a key to the first slot of the chain of
+	// entries whose keys have that hash: the key's entries under each of
+	// its limits, and, very rarely, those of another key with the same
+	// 64-bit hash. A uint64 key hashes and compares faster than the
+	// strings it stands for, and takes a quarter of the space.
+	index map[uint64]int32
+	// slab and names are indexed by slot: the state numbers (no
+	// pointers) and who they belong to. A decision on an existing entry
+	// hashes its key once and updates its slot in place.
+	slab  []entry
+	names []name
+	logs  map[int32][]int64 // SlidingLog entries' timestamps, by slot
+	free  []int32           // slots not in use
+	live  int               // slots in use: at most max
+	max   int               // cap on live
+	seed  maphash.Seed      // the store's, to find a slot's chain from its key
+	// lastSweep is the store's clock at the last sweep, in µs.
+	lastSweep int64
 }
 
 type shard struct {
@@ -55,109 +71,200 @@ type shard struct {
 	_ [cacheLine - unsafe.Sizeof(shardData{})%cacheLine]byte
 }
 
-// get returns the slot and live state of k, or slot -1 and the zero State
-// if k is absent or expired (an expired entry is deleted: it is equivalent
-// to absence). The shard must be locked.
-func (sh *shard) get(k entryKey, now int64) (slot int, s ratelimit.State) {
-	i, ok := sh.index[k]
+// find returns the slot of (key, limitID), whose key hashes to h, or none.
+// The shard must be locked.
+func (sh *shard) find(h uint64, key, limitID string) int32 {
+	i, ok := sh.index[h]
 	if !ok {
-		return -1, ratelimit.State{}
+		return none
 	}
-	if sh.slab[i].expires <= now {
-		sh.remove(k, i)
-		return -1, ratelimit.State{}
+	for i != none {
+		n := &sh.names[i]
+		if n.key == key && n.limit == limitID {
+			return i
+		}
+		i = n.next
 	}
-	return i, sh.slab[i].state
+	return none
 }
 
-// put stores s for k, or deletes k if s has already expired. slot is get's
-// answer for k in this critical section; protect lists entries that
-// eviction must spare. The shard must be locked.
-func (sh *shard) put(k entryKey, slot int, s ratelimit.State, expires, now int64, protect []entryKey) {
+// get returns the slot of the live entry of key (hashing to h) under l and
+// loads its state into *st, or returns none and leaves *st alone if there
+// is none. An expired entry is deleted: it is equivalent to absence. The
+// shard must be locked.
+func (sh *shard) get(h uint64, key string, l *ratelimit.Limit, now int64, st *ratelimit.State) int32 {
+	i := sh.find(h, key, l.ID())
+	if i == none {
+		return none
+	}
+	if sh.slab[i].expires <= now {
+		sh.remove(h, i)
+		return none
+	}
+	sh.load(i, l, st)
+	return i
+}
+
+// load reads the state stored in slot, an entry under l, into *st. The
+// shard must be locked.
+func (sh *shard) load(slot int32, l *ratelimit.Limit, st *ratelimit.State) {
+	e := &sh.slab[slot]
+	st.Level, st.Updated, st.Prev = e.level, e.updated, e.prev
+	if l.Algorithm() == ratelimit.SlidingLog {
+		st.Log = sh.logs[slot]
+	}
+}
+
+// put stores st for key (hashing to h) under l, or deletes the entry if st
+// has already expired. slot is get's answer in this critical section;
+// protect lists the requests whose entries eviction must spare. The shard
+// must be locked.
+func (sh *shard) put(h uint64, key string, l *ratelimit.Limit, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
 	if expires <= now {
-		if slot >= 0 {
-			sh.remove(k, slot)
+		if slot != none {
+			sh.remove(h, slot)
 		}
 		return
 	}
-	if slot >= 0 {
-		sh.slab[slot] = entry{s, expires}
-		return
+	if slot == none {
+		if slot = sh.insert(h, key, l.ID(), now, protect); slot == none {
+			return
+		}
 	}
+	sh.slab[slot] = entry{st.Level, st.Updated, st.Prev, expires}
+	if st.Log != nil {
+		if sh.logs == nil {
+			sh.logs = make(map[int32][]int64)
+		}
+		sh.logs[slot] = st.Log
+	} else if len(sh.logs) > 0 {
+		delete(sh.logs, slot)
+	}
+}
+
+// insert takes a slot for a new entry, sweeping or evicting first if it is
+// due or the shard is full, and links it into its chain. It returns none
+// if the entry cannot be kept: every candidate for eviction belongs to the
+// calling stack (a shard smaller than the stack), and the key will start
+// afresh.
+func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []ratelimit.Request) int32 {
 	if now < sh.lastSweep {
 		sh.lastSweep = now // the clock moved back; measure from here
 	}
-	full := len(sh.index) >= sh.max
+	full := sh.live >= sh.max
 	if since := now - sh.lastSweep; since >= sweepInterval || full && since >= fullSweepGap {
 		sh.sweep(now)
-		full = len(sh.index) >= sh.max
+		full = sh.live >= sh.max
 	}
 	if full && !sh.evict(protect) {
-		// Every candidate belongs to this call (a shard smaller than
-		// the call's stack): the entry cannot be kept, and the key will
-		// start afresh.
-		return
+		return none
 	}
+	var slot int32
 	if n := len(sh.free); n > 0 {
 		slot, sh.free = sh.free[n-1], sh.free[:n-1]
-		sh.slab[slot] = entry{s, expires}
 	} else {
-		slot = len(sh.slab)
-		sh.slab = append(sh.slab, entry{s, expires})
+		slot = int32(len(sh.slab))
+		sh.slab = append(sh.slab, entry{})
+		sh.names = append(sh.names, name{})
+	}
+	next, ok := sh.index[h]
+	if !ok {
+		next = none
 	}
 	// Copy the key so the entry does not pin a larger string the caller's
 	// key may be a slice of (a header, a request line).
-	k.key = strings.Clone(k.key)
-	sh.index[k] = slot
+	sh.names[slot] = name{key: strings.Clone(key), limit: limitID, next: next}
+	sh.index[h] = slot
+	sh.live++
+	return slot
 }
 
-// remove deletes k, stored in slot.
-func (sh *shard) remove(k entryKey, slot int) {
-	delete(sh.index, k)
+// remove deletes the entry in slot, whose key hashes to h.
+func (sh *shard) remove(h uint64, slot int32) {
+	next := sh.names[slot].next
+	if head := sh.index[h]; head == slot {
+		if next == none {
+			delete(sh.index, h)
+		} else {
+			sh.index[h] = next
+		}
+	} else {
+		for sh.names[head].next != slot {
+			head = sh.names[head].next
+		}
+		sh.names[head].next = next
+	}
+	sh.names[slot] = name{} // frees the key
+	if len(sh.logs) > 0 {
+		delete(sh.logs, slot)
+	}
 	sh.free = append(sh.free, slot)
+	sh.live--
 }
 
 // sweep deletes every expired entry.
 func (sh *shard) sweep(now int64) {
-	for k, i := range sh.index {
-		if sh.slab[i].expires <= now {
-			sh.remove(k, i)
+	for i := range sh.slab {
+		if k := sh.names[i].key; k != "" && sh.slab[i].expires <= now {
+			sh.remove(maphash.String(sh.seed, k), int32(i))
 		}
 	}
 	sh.lastSweep = now
 }
 
-// evict deletes, among up to evictSamples entries not in protect, the one
-// that expires earliest. It reports false if every entry is protected.
-// Map iteration starts at a random position, which makes the sample random.
-func (sh *shard) evict(protect []entryKey) bool {
+// evict deletes, among up to evictSamples entries whose requests are not in
+// protect, the one that expires earliest. It reports false if every entry
+// is protected. The sample visits the slots in the order start, start+step,
+// start+2×step, ... (mod the slab's length), with start and step random
+// and step coprime to the length: distinct slots spread over the whole
+// slab, so the sample is not biased towards entries inserted at about the
+// same time, and all of them when the shard holds at most evictSamples.
+func (sh *shard) evict(protect []ratelimit.Request) bool {
+	n := len(sh.slab)
+	if n == 0 {
+		return false
+	}
+	i, step := rand.IntN(n), 1
+	if n > 2 {
+		for step = 1 + rand.IntN(n-1); gcd(step, n) != 1; step = 1 + rand.IntN(n-1) {
+		}
+	}
 	var (
-		victim   entryKey
-		slot     int
+		victim   = int32(none)
 		earliest int64
-		found    bool
 		seen     int
 	)
-	for k, i := range sh.index {
-		if isIn(k, protect) {
-			continue
+	for range n {
+		if nm := &sh.names[i]; nm.key != "" && !isIn(nm, protect) {
+			if e := sh.slab[i].expires; victim == none || e < earliest {
+				victim, earliest = int32(i), e
+			}
+			if seen++; seen == evictSamples {
+				break
+			}
 		}
-		if e := sh.slab[i].expires; !found || e < earliest {
-			victim, slot, earliest, found = k, i, e, true
-		}
-		if seen++; seen == evictSamples {
-			break
+		if i += step; i >= n {
+			i -= n
 		}
 	}
-	if found {
-		sh.remove(victim, slot)
+	if victim == none {
+		return false
 	}
-	return found
+	sh.remove(maphash.String(sh.seed, sh.names[victim].key), victim)
+	return true
 }
 
-func isIn(k entryKey, ks []entryKey) bool {
-	for i := range ks {
-		if ks[i] == k {
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// isIn reports whether the entry named n belongs to one of reqs.
+func isIn(n *name, reqs []ratelimit.Request) bool {
+	for i := range reqs {
+		if reqs[i].Key == n.key && reqs[i].Limit.ID() == n.limit {
 			return true
 		}
 	}

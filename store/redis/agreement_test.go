@@ -44,10 +44,10 @@ func (m *model) apply(take bool, keys []string, reqs []ratelimit.Request, now in
 		}
 		var d ratelimit.Decision
 		if take {
-			st, d = r.Limit.TakeAt(st, now, r.Cost)
+			d = r.Limit.TakeAt(&st, now, r.Cost)
 			refused = refused || !d.Allowed
 		} else {
-			st, d = r.Limit.AdjustFrom(st, now, r.At, r.Cost)
+			d = r.Limit.AdjustFrom(&st, now, r.At, r.Cost)
 		}
 		dirty[keys[i]] = dirty[keys[i]] || r.Cost != 0
 		work[keys[i]] = st
@@ -56,7 +56,7 @@ func (m *model) apply(take bool, keys []string, reqs []ratelimit.Request, now in
 	if refused {
 		// Nothing is written; every decision describes the uncharged state.
 		for i, r := range reqs {
-			_, peek := r.Limit.TakeAt(m.states[keys[i]].st, now, 0)
+			peek := r.Limit.TakeAt(new(m.states[keys[i]].st), now, 0)
 			out[i].Remaining, out[i].Reset = peek.Remaining, peek.Reset
 		}
 		return out, nil
@@ -68,7 +68,7 @@ func (m *model) apply(take bool, keys []string, reqs []ratelimit.Request, now in
 			continue
 		}
 		st := work[k]
-		ttl := r.Limit.ExpiresAt(st) - now
+		ttl := r.Limit.ExpiresAt(&st) - now
 		if ttl <= 0 {
 			delete(m.states, k)
 			continue
@@ -440,7 +440,7 @@ func TestLargeValues(t *testing.T) {
 		d = e.adjust(req("k", huge, 1<<63-1))[0]
 		require.Equal(t, ratelimit.Decision{Limit: huge, Allowed: true, Remaining: 0, Reset: (1 << 52) * time.Microsecond, At: now}, d)
 		require.Equal(t, "4503599627370496:"+strconv.FormatInt(now, 10), e.stored(e.store.Key("k", huge)))
-		_, want := huge.AdjustAt(ratelimit.State{Level: 1 << 52, Updated: now}, now, 1)
+		want := huge.AdjustAt(&ratelimit.State{Level: 1 << 52, Updated: now}, now, 1)
 		require.Equal(t, want, e.adjust(req("k", huge, 1))[0])
 
 		// In debt 2^52 - capacity, a take of 1 waits until level + 1e6 <=

@@ -183,8 +183,7 @@ func TestExactUnderDistribution(t *testing.T) {
 			l := tc.limit
 			var st ratelimit.State
 			for i, d := range decisions {
-				var want ratelimit.Decision
-				st, want = l.TakeAt(st, d.at, 1)
+				want := l.TakeAt(&st, d.at, 1)
 				if want.Allowed != d.allowed {
 					t.Fatalf("decision %d of %d at %d µs: Redis said allowed=%v, the sequential model %v",
 						i, len(decisions), d.at, d.allowed, want.Allowed)

@@ -65,7 +65,8 @@ func gcraSeed(e *env) {
 	// One stored number: the state every store keeps for this key is
 	// the TAT alone (Updated, Prev and Log stay zero), now + 5s.
 	now := e.micros()
-	s, _ := l.TakeAt(ratelimit.State{}, now, 50)
+	var s ratelimit.State
+	l.TakeAt(&s, now, 50)
 	assert.Equal(e.t, ratelimit.State{Level: now + 5_000_000}, s, "GCRA's state is one integer, the TAT")
 }
 

@@ -37,8 +37,8 @@ func (m *model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 	all := true
 	for i, r := range reqs {
 		k := keyOf(r)
-		var s ratelimit.State
-		s, out[i] = r.Limit.TakeAt(get(k), now, r.Cost)
+		s := get(k)
+		out[i] = r.Limit.TakeAt(&s, now, r.Cost)
 		work[k] = s
 		all = all && out[i].Allowed
 	}
@@ -49,7 +49,7 @@ func (m *model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 		return out
 	}
 	for i, r := range reqs {
-		_, p := r.Limit.TakeAt(m.states[keyOf(r)], now, 0)
+		p := r.Limit.TakeAt(new(m.states[keyOf(r)]), now, 0)
 		out[i].Remaining, out[i].Reset = p.Remaining, p.Reset
 	}
 	return out
@@ -61,7 +61,9 @@ func (m *model) adjust(reqs []ratelimit.Request, now int64) []ratelimit.Decision
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, r := range reqs {
 		k := keyOf(r)
-		m.states[k], out[i] = r.Limit.AdjustFrom(m.states[k], now, r.At, r.Cost)
+		s := m.states[k]
+		out[i] = r.Limit.AdjustFrom(&s, now, r.At, r.Cost)
+		m.states[k] = s
 	}
 	return out
 }

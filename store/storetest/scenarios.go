@@ -311,10 +311,11 @@ func adjustExtremes(e *env) {
 	// level instead of overflowing. The pure function is the reference
 	// for where that bound lies.
 	now := ratelimit.Micros(e.now)
-	s, want := l.AdjustAt(ratelimit.State{}, now, math.MaxInt64)
+	var s ratelimit.State
+	want := l.AdjustAt(&s, now, math.MaxInt64)
 	require.Greater(e.t, want.Reset, 10*time.Second, "the bound is at least twice the capacity")
 	e.checkAll("charge MaxInt64", []ratelimit.Decision{want}, e.adjust(req("k", l, math.MaxInt64)))
-	_, wantTake := l.TakeAt(s, now, 1)
+	wantTake := l.TakeAt(&s, now, 1)
 	e.check(wantTake, e.take1("k", l, 1), "take after the largest charge")
 	// The largest refund empties the level without overflowing.
 	e.checkAll("refund MinInt64", []ratelimit.Decision{ok(l, 50, 0)}, e.adjust(req("k", l, math.MinInt64)))
