@@ -344,7 +344,7 @@ func (m model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 func (m model) peek(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, r := range reqs {
-		_, out[i] = r.Limit.TakeAt(m[r.Key+"\x00"+r.Limit.ID()], now, 0)
+		out[i] = r.Limit.TakeAt(new(m[r.Key+"\x00"+r.Limit.ID()]), now, 0)
 	}
 	return out
 }
