@@ -857,34 +857,59 @@ func (l *Limiter) record(ctx context.Context, res Result) {
 	}
 }
 
-// retakeEnforced decides again, in a second Take, the requests of reqs
-// whose limits are enforced, after a Take that only shadow limits refused
-// and that therefore charged nothing. Their new decisions replace theirs
-// in out; the shadow limits keep their first decisions (a refusing shadow
-// limit stays uncharged, as it would be if enforced). Another request may
-// have spent the enforced limits in between: then this Take refuses, and
-// so does the request — nothing is charged twice either way.
+// retakeEnforced decides again, after a Take that only shadow limits
+// refused and that therefore charged nothing (all or nothing), the
+// requests of reqs that must be charged: every enforced limit and every
+// shadow limit that had room. Their new decisions replace theirs in out;
+// a refusing shadow limit keeps its refusal and stays uncharged, as it
+// would be if enforced. If a shadow limit that had room refuses this time
+// (another request spent it in between), it joins the refusing ones and
+// the Take is made again without it, so the loop ends after at most one
+// retake per shadow limit. If an enforced limit refuses, the request is
+// refused: nothing is charged twice either way.
 func (l *Limiter) retakeEnforced(ctx context.Context, reqs []Request, out []Decision) error {
-	var idx []int
-	for i := range reqs {
-		if !reqs[i].Limit.shadow {
-			idx = append(idx, i)
+	idx := make([]int, 0, len(reqs))
+	for {
+		idx = idx[:0]
+		for i := range reqs {
+			if !reqs[i].Limit.shadow || out[i].Allowed {
+				idx = append(idx, i)
+			}
+		}
+		if len(idx) == 0 {
+			return nil // refusing shadow limits only: nothing to charge
+		}
+		reqs2, out2 := make([]Request, len(idx)), make([]Decision, len(idx))
+		for j, i := range idx {
+			reqs2[j] = reqs[i]
+		}
+		if err := l.call(ctx, OpTake, reqs2, out2); err != nil {
+			return err
+		}
+		shadowRefused, enforcedRefused := false, false
+		for j, i := range idx {
+			if !out2[j].Allowed {
+				if reqs[i].Limit.shadow {
+					shadowRefused = true
+				} else {
+					enforcedRefused = true
+				}
+			}
+		}
+		if !shadowRefused || enforcedRefused {
+			for j, i := range idx {
+				out[i] = out2[j]
+			}
+			return nil
+		}
+		// Only shadow limits refused again, so nothing was charged: record
+		// their refusals (they leave the set) and take the rest again.
+		for j, i := range idx {
+			if !out2[j].Allowed {
+				out[i] = out2[j]
+			}
 		}
 	}
-	if len(idx) == 0 {
-		return nil // shadow limits only: nothing to charge
-	}
-	reqs2, out2 := make([]Request, len(idx)), make([]Decision, len(idx))
-	for j, i := range idx {
-		reqs2[j] = reqs[i]
-	}
-	if err := l.call(ctx, OpTake, reqs2, out2); err != nil {
-		return err
-	}
-	for j, i := range idx {
-		out[i] = out2[j]
-	}
-	return nil
 }
 
 // call makes one store call, op, with the store timeout; classifies,
