@@ -110,3 +110,61 @@ func TestShadowDoesNotChangeID(t *testing.T) {
 	assert.False(t, l.IsShadow())
 	assert.Equal(t, `"tokens" 1000/24h0m0s burst 1000 token-bucket shadow`, l.Shadow().String())
 }
+
+// takeInterleavingStore runs between before a store's n-th Take (1-based), as
+// another request would between the Limiter's first Take and its retake.
+type takeInterleavingStore struct {
+	ratelimit.Store
+	n, takes int
+	between  func()
+}
+
+func (s *takeInterleavingStore) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	if s.takes++; s.takes == s.n {
+		s.between()
+	}
+	return s.Store.Take(ctx, reqs, out)
+}
+
+// TestShadowRetakeWithoutAShadowSpentInBetween: the first Take is refused
+// by shadow limit a only, so the Limiter takes again the enforced limit and
+// shadow limit b, which had room. Another request spends b in between, so
+// the retake is refused by b alone: the Limiter takes the enforced limit
+// once more, alone. The request is admitted, charged to the enforced limit
+// once, and to neither shadow limit.
+func TestShadowRetakeWithoutAShadowSpentInBetween(t *testing.T) {
+	enforced := ratelimit.PerHour(10).Named("enforced")
+	a := ratelimit.PerHour(1).Named("a").Shadow()
+	b := ratelimit.PerHour(1).Named("b").Shadow()
+	clock := newClock()
+	mem := newStore(t, clock.Now)
+	ctx := context.Background()
+	// Spend a: the request will find it empty.
+	spend := func(l *ratelimit.Limit) {
+		out := make([]ratelimit.Decision, 1)
+		require.NoError(t, mem.Take(ctx, []ratelimit.Request{{Key: "k", Limit: l, Cost: 1}}, out))
+		require.True(t, out[0].Allowed)
+	}
+	spend(&a)
+	store := &takeInterleavingStore{Store: mem, n: 2, between: func() { spend(&b) }}
+	var calls []int
+	lim, err := ratelimit.New(store, ratelimit.WithLimits(enforced, a, b),
+		ratelimit.WithHooks(ratelimit.Hooks{OnStoreCall: func(_ context.Context, c ratelimit.StoreCall) {
+			calls = append(calls, c.Requests)
+		}}))
+	require.NoError(t, err)
+	res, err := lim.Take(ctx, "k")
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	assert.Equal(t, []int{3, 2, 1}, calls, "first Take, retake of enforced+b, retake of enforced alone")
+	assert.Equal(t, []bool{true, false, false}, []bool{res.Decisions[0].Allowed, res.Decisions[1].Allowed, res.Decisions[2].Allowed})
+	assert.Equal(t, int64(9), res.Decisions[0].Remaining, "enforced charged once")
+	// Peek every limit: enforced 9 left, a and b each spent once by
+	// the other requests only.
+	out := make([]ratelimit.Decision, 3)
+	require.NoError(t, mem.Take(ctx, []ratelimit.Request{{Key: "k", Limit: &enforced}, {Key: "k", Limit: &a}, {Key: "k", Limit: &b}}, out))
+	assert.Equal(t, []int64{9, 0, 0}, []int64{out[0].Remaining, out[1].Remaining, out[2].Remaining})
+	st := lim.Stats()
+	assert.Equal(t, uint64(1), st.Allowed)
+	assert.Equal(t, uint64(1), st.ShadowLimited)
+}
