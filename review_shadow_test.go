@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -62,4 +63,28 @@ func TestReviewShadowRetakeSettlesUnchargedShadow(t *testing.T) {
 	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 100)).Code)
 	assert.Equal(t, []int64{98, 0, 900}, peek(t, store.Store, "k", requests, tight, tokens),
 		"tokens was never charged for the second request: a settlement must not refund it")
+}
+
+// The same for the WithMaxWait refund: it gives back every Allowed
+// decision's units, including those of a shadow limit the retake never
+// charged.
+func TestReviewShadowRetakeMaxWaitRefundsUnchargedShadow(t *testing.T) {
+	queue := ratelimit.PerSecond(10).WithAlgorithm(ratelimit.LeakyBucket).Named("queue")
+	tight := ratelimit.PerMinute(1).Named("tight").Shadow()
+	roomy := ratelimit.PerMinute(10).Named("roomy").Shadow()
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(queue, tight, roomy),
+		ratelimit.WithMaxWait(250*time.Millisecond))
+	var rec waitRecorder
+	ratelimit.SetSleep(lim, rec.sleep)
+	h := lim.Handler(okHandler)
+
+	// Request 1 charges all three (roomy 9 left); requests 2 and 3 are
+	// refused by tight only, so the retake charges the queue alone (slots
+	// 100 and 200ms away); request 4's slot is 300ms away: refused and
+	// refunded.
+	for i, want := range []int{http.StatusOK, http.StatusOK, http.StatusOK, http.StatusTooManyRequests} {
+		require.Equal(t, want, serve(h, request("GET", "/", "k", -1)).Code, "request %d", i+1)
+	}
+	assert.Equal(t, int64(9), peek(t, store.Store, "k", roomy)[0],
+		"roomy was charged once, by request 1; the refund of request 4 must not take that unit back")
 }
