@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"encoding/json"
 	"math"
+	"strconv"
 )
 
 // AnthropicUsage accumulates the token usage of one Anthropic Messages API
@@ -36,14 +37,17 @@ type AnthropicUsage struct {
 // Observe reads the usage in data, one response body or one event's data,
 // and reports whether data carried any (most events of a stream, such as
 // content_block_delta or ping, do not; data that is not JSON does not).
-// Negative counts are read as 0, and counts above math.MaxInt64/4 as
-// math.MaxInt64/4, so Total never overflows.
+// Negative counts are read as 0, fractions rounded down, and counts above
+// math.MaxInt64/4 (even beyond int64's range) as math.MaxInt64/4, so
+// Total never overflows.
 func (u *AnthropicUsage) Observe(data []byte) bool {
+	// json.Number, not int64: a count beyond int64's range must clamp,
+	// not make the whole event unreadable.
 	type counts struct {
-		Input         *int64 `json:"input_tokens"`
-		CacheCreation *int64 `json:"cache_creation_input_tokens"`
-		CacheRead     *int64 `json:"cache_read_input_tokens"`
-		Output        *int64 `json:"output_tokens"`
+		Input         *json.Number `json:"input_tokens"`
+		CacheCreation *json.Number `json:"cache_creation_input_tokens"`
+		CacheRead     *json.Number `json:"cache_read_input_tokens"`
+		Output        *json.Number `json:"output_tokens"`
 	}
 	var v struct {
 		Usage   *counts `json:"usage"` // a response body; message_delta
@@ -62,14 +66,35 @@ func (u *AnthropicUsage) Observe(data []byte) bool {
 		return false
 	}
 	for _, f := range [...]struct {
-		src *int64
+		src *json.Number
 		dst *int64
 	}{{c.Input, &u.Input}, {c.CacheCreation, &u.CacheCreation}, {c.CacheRead, &u.CacheRead}, {c.Output, &u.Output}} {
 		if f.src != nil {
-			*f.dst = min(max(0, *f.src), math.MaxInt64/4)
+			*f.dst = clampCount(*f.src)
 		}
 	}
 	return true
+}
+
+// clampCount reads a JSON number as a count in [0, math.MaxInt64/4]:
+// negative numbers as 0, larger ones (even beyond int64's range) as the
+// bound, and fractions rounded down.
+func clampCount(n json.Number) int64 {
+	const hi = math.MaxInt64 / 4
+	if i, err := strconv.ParseInt(string(n), 10, 64); err == nil {
+		return min(max(0, i), hi)
+	}
+	// Out of int64's range, or not an integer: ParseFloat gives ±Inf on
+	// overflow, and the JSON decoder has already checked the syntax.
+	f, _ := strconv.ParseFloat(string(n), 64)
+	switch {
+	case f >= hi:
+		return hi
+	case f > 0:
+		return int64(f)
+	default:
+		return 0
+	}
 }
 
 // Total returns every token the response consumed: Input + CacheCreation
