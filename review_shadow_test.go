@@ -89,3 +89,22 @@ func TestReviewShadowRetakeMaxWaitRefundsUnchargedShadow(t *testing.T) {
 	assert.Equal(t, before, peek(t, store.Store, "k", queue, roomy),
 		"a refused request leaves every limit as it was: the refund must not give roomy a unit request 4 never charged")
 }
+
+// Limit.Shadow documents that the Limiter "charges it when it admits", so
+// that its state is what it would be if enforced on the admitted traffic.
+// A shadow limit with room is not charged when another shadow limit
+// refuses (the retake charges the enforced limits alone).
+func TestReviewShadowRetakeChargesAdmittingShadow(t *testing.T) {
+	enforced := ratelimit.PerMinute(100).Named("enforced")
+	tight := ratelimit.PerMinute(1).Named("tight").Shadow()
+	roomy := ratelimit.PerMinute(10).Named("roomy").Shadow()
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(enforced, tight, roomy))
+	for range 3 {
+		res, err := lim.Take(t.Context(), "k")
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	// Three admitted requests; tight admitted the first only.
+	assert.Equal(t, []int64{97, 0, 7}, peek(t, store.Store, "k", enforced, tight, roomy),
+		"roomy admitted all three requests, so it is charged for all three")
+}
