@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"reflect"
 )
@@ -631,8 +632,17 @@ func ParseOpenAIUsage(data []byte) (total int64, ok bool) {
 	case u.Total != nil:
 		return max(0, *u.Total), true
 	case u.Prompt != 0 || u.Completion != 0:
-		return max(0, u.Prompt+u.Completion), true
+		return addCounts(u.Prompt, u.Completion), true
 	default:
-		return max(0, u.Input+u.Output), true
+		return addCounts(u.Input, u.Output), true
 	}
+}
+
+// addCounts returns max(0, a+b), saturating at math.MaxInt64 instead of
+// wrapping around to a negative sum (read as 0: no usage at all).
+func addCounts(a, b int64) int64 {
+	if a > 0 && b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return max(0, a+b)
 }

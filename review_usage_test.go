@@ -32,3 +32,16 @@ func TestReviewAnthropicUsageClampsEveryNumber(t *testing.T) {
 		assert.Equal(t, want, u.Output, in)
 	}
 }
+
+// ParseOpenAIUsage sums two counts: an absurd pair must not wrap around to
+// a negative sum, which it reads as 0 tokens (the response free).
+func TestReviewParseOpenAIUsageSumSaturates(t *testing.T) {
+	for _, data := range []string{
+		`{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":1}}`,
+		`{"response":{"usage":{"input_tokens":5,"output_tokens":9223372036854775807}}}`,
+	} {
+		n, ok := ratelimit.ParseOpenAIUsage([]byte(data))
+		assert.True(t, ok, data)
+		assert.Equal(t, int64(math.MaxInt64), n, data)
+	}
+}
