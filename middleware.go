@@ -102,12 +102,13 @@ type Hooks struct {
 	OnBypass func(ctx context.Context, reason error)
 	// OnStoreCall is called after every store call the Limiter makes,
 	// successful or not: the Take of each decision, the second Take of a
-	// request only shadow limits refused, Limiter.Adjust, the settlement
-	// of reported usage, Reservation.Cancel's read and refunds, the
-	// WithMaxWait refund and a Transport's pauses. For a failed call it
-	// runs after OnStoreError. It is the place to measure store latency
-	// (package metrics/prometheus does). When it is nil the Limiter does
-	// not read the clock.
+	// request only shadow limits refused (a third and more only when
+	// another request spends a shadow limit in between), Limiter.Adjust,
+	// the settlement of reported usage, Reservation.Cancel's read and
+	// refunds, the WithMaxWait refund and a Transport's pauses. For a
+	// failed call it runs after OnStoreError. It is the place to measure
+	// store latency (package metrics/prometheus does). When it is nil the
+	// Limiter does not read the clock.
 	OnStoreCall func(ctx context.Context, call StoreCall)
 }
 

@@ -1,6 +1,7 @@
 package ratelimit_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -107,4 +108,54 @@ func TestReviewShadowRetakeChargesAdmittingShadow(t *testing.T) {
 	// Three admitted requests; tight admitted the first only.
 	assert.Equal(t, []int64{97, 0, 7}, peek(t, store.Store, "k", enforced, tight, roomy),
 		"roomy admitted all three requests, so it is charged for all three")
+}
+
+// interloperStore runs before its nth Take a Take by another caller.
+type interloperStore struct {
+	ratelimit.Store
+	n     int
+	takes int
+	other []ratelimit.Request
+}
+
+func (s *interloperStore) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	if s.takes++; s.takes == s.n {
+		if err := s.Store.Take(ctx, s.other, make([]ratelimit.Decision, len(s.other))); err != nil {
+			return err
+		}
+	}
+	return s.Store.Take(ctx, reqs, out)
+}
+
+// When another request spends a shadow limit between the first Take and
+// the retake, the retake refuses on that shadow limit alone and charges
+// nothing: the Limiter takes once more without it. The request is
+// admitted, charged once to the enforced limit, and not to the shadow
+// limit that refused it.
+func TestReviewShadowRetakeRacesAnotherRequest(t *testing.T) {
+	enforced := ratelimit.PerMinute(100).Named("enforced")
+	tight := ratelimit.PerMinute(1).Named("tight").Shadow()
+	roomy := ratelimit.PerMinute(10).Named("roomy").Shadow()
+	clock := newClock()
+	store := &interloperStore{Store: newStore(t, clock.Now), n: 3,
+		other: []ratelimit.Request{{Key: "k", Limit: &roomy, Cost: 9}}}
+	var calls int
+	lim, err := ratelimit.New(store, ratelimit.WithLimits(enforced, tight, roomy),
+		ratelimit.WithHooks(ratelimit.Hooks{OnStoreCall: func(context.Context, ratelimit.StoreCall) { calls++ }}))
+	require.NoError(t, err)
+
+	res, err := lim.Take(t.Context(), "k") // Take 1: all three charged
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	// Take 2: tight refuses. Take 3 (the retake): another caller has spent
+	// roomy's 9 units first, so roomy refuses. Take 4: enforced alone.
+	res, err = lim.Take(t.Context(), "k")
+	require.NoError(t, err)
+	assert.True(t, res.Allowed)
+	assert.True(t, res.ShadowLimited())
+	assert.Equal(t, 4, store.takes)
+	assert.Equal(t, 4, calls, "OnStoreCall once per store call")
+	assert.Equal(t, []int64{98, 0, 0}, peek(t, store.Store, "k", enforced, tight, roomy))
+	assert.False(t, res.Decisions[1].Allowed)
+	assert.False(t, res.Decisions[2].Allowed, "roomy refused the request in the retake")
 }
