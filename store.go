@@ -70,6 +70,11 @@ func (d Decision) Never() bool { return d.RetryAfter == RetryNever }
 // Store keeps the state of every (key, limit) pair and decides requests
 // against it. Implementations must be safe for concurrent use and must pass
 // the conformance suite in package storetest.
+//
+// A Store that wraps another (a decorator: a guard, an instrumented store)
+// should expose it with a method Unwrap() Store, as store/resilient and
+// metrics/prometheus's InstrumentStore do, so that code given the outer
+// store can find what is inside, as errors.Unwrap does for errors.
 type Store interface {
 	// Take decides reqs atomically, all or nothing: if every limit has room
 	// for its cost, every one is charged and every Decision is Allowed;

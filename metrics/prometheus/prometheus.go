@@ -62,8 +62,10 @@
 // settlements, Reservation.Cancel, WithMaxWait refunds), as the Limiter
 // measures it (ratelimit.StoreCall.Duration). InstrumentStore measures
 // the calls made through its wrapper, by anyone. Each call is counted
-// once: when a Limiter's store is a wrapper from InstrumentStore of the
-// same Metrics, the wrapper observes its calls and the Hooks skip them.
+// once: when a Limiter's store is, or wraps, a wrapper from
+// InstrumentStore of the same Metrics (found through the stores' Unwrap
+// methods, such as store/resilient's), the wrapper observes the calls and
+// the Hooks skip them.
 // So with a Limiter use the Hooks alone; wrap with InstrumentStore only a
 // store that code other than a Limiter also calls.
 //
@@ -330,8 +332,8 @@ func (m *Metrics) onBypass(_ context.Context, reason error) {
 }
 
 func (m *Metrics) onStoreCall(_ context.Context, call ratelimit.StoreCall) {
-	if i, ok := call.Store.(*instrumented); ok && i.m == m {
-		return // the wrapper observed it
+	if m.wraps(call.Store) {
+		return // the wrapper observes it
 	}
 	var ok, failed prometheus.Observer
 	switch call.Op {
@@ -425,12 +427,34 @@ func (m *Metrics) SetCircuitState(name string, open bool) {
 // of every Take and Adjust in store_duration_seconds. It is for a store
 // called without a Limiter (or also by other code): a Limiter's Hooks
 // already measure every call the Limiter makes. A Limiter may still be
-// given the wrapper: its Hooks then leave the wrapper's calls to it, so
-// no call counts twice (as long as the Hooks and the wrapper come from
-// the same Metrics). The wrapper has only the Store methods: keep s to
+// given the wrapper, directly or inside stores that expose what they wrap
+// with an Unwrap() ratelimit.Store method (store/resilient does): its
+// Hooks then leave the calls to the wrapper, so no call counts twice (as
+// long as the Hooks and the wrapper come from the same Metrics). The
+// wrapper has the Store methods and Unwrap, which returns s: keep s to
 // call anything else on it (Close, Key).
 func (m *Metrics) InstrumentStore(s ratelimit.Store) ratelimit.Store {
 	return &instrumented{s: s, m: m}
+}
+
+// maxUnwrap bounds the walk down a chain of wrapping stores, should one
+// wrap itself.
+const maxUnwrap = 32
+
+// wraps reports whether s is, or wraps (through Unwrap methods), a
+// wrapper InstrumentStore of m returned.
+func (m *Metrics) wraps(s ratelimit.Store) bool {
+	for range maxUnwrap {
+		if i, ok := s.(*instrumented); ok && i.m == m {
+			return true
+		}
+		u, ok := s.(interface{ Unwrap() ratelimit.Store })
+		if !ok {
+			return false
+		}
+		s = u.Unwrap()
+	}
+	return false
 }
 
 type instrumented struct {
@@ -459,3 +483,6 @@ func observe(ok, failed prometheus.Observer, err error, d time.Duration) {
 	}
 	ok.Observe(d.Seconds())
 }
+
+// Unwrap returns the store the wrapper measures.
+func (i *instrumented) Unwrap() ratelimit.Store { return i.s }

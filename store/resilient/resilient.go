@@ -117,6 +117,10 @@ func New(primary ratelimit.Store, opts ...Option) (*Store, error) {
 // State returns the circuit breaker's state.
 func (s *Store) State() State { return State(s.breaker.state.Load()) }
 
+// Unwrap returns the primary store s guards (not the fallback), following
+// the convention of ratelimit.Store for wrapping stores.
+func (s *Store) Unwrap() ratelimit.Store { return s.primary }
+
 // Stats returns the counters.
 func (s *Store) Stats() Stats {
 	return Stats{

@@ -634,3 +634,11 @@ func TestFallbackSeesLimitChangedInPlace(t *testing.T) {
 	require.False(t, out[0].Allowed)
 	require.Equal(t, 24*time.Hour, out[0].RetryAfter)
 }
+
+func TestUnwrapReturnsThePrimary(t *testing.T) {
+	primary, err := memory.New()
+	require.NoError(t, err)
+	s, err := resilient.New(primary)
+	require.NoError(t, err)
+	require.Same(t, primary, s.Unwrap().(*memory.Store))
+}

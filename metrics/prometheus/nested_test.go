@@ -13,13 +13,10 @@ import (
 	"github.com/rampmeter/ratelimit/store/resilient"
 )
 
-// The package documentation promises "Each call is counted once" when a
-// Limiter's store contains an InstrumentStore wrapper of the same Metrics.
-// The Hooks recognise the wrapper only when it is the Limiter's store
-// itself: wrapped in another store (here store/resilient, the usual way
-// to guard a measured Redis store, as the demo's InstrumentStore(redis)
-// did before this session), every call is observed twice.
-func TestReviewInstrumentStoreInsideResilientCountsOnce(t *testing.T) {
+// An InstrumentStore wrapper inside another store (here store/resilient,
+// the usual guard of a measured Redis store) is found through Unwrap, so
+// the Hooks leave its calls to it and each call is one sample.
+func TestInstrumentStoreInsideResilientCountsOnce(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m, err := New(reg)
 	require.NoError(t, err)
