@@ -119,14 +119,14 @@ func (b *blackHole) settle(t *testing.T) {
 
 // untilSent runs call against a fresh hanging black hole with a timeout of
 // first, then twice as long, and so on, until the script reached the
-// server at least once, and returns call's error and the EVALSHAs the
-// server read. call must close its client before it returns. A timeout
+// server at least once, and returns the EVALSHAs the server read and
+// call's error. call must close its client before it returns. A timeout
 // that passes before the script is written (while the client dials, or
 // while a loaded machine does not run it) sends nothing and proves
 // nothing about replays: only a timeout that passes after the send does.
 // No fixed timeout can promise that on a shared machine; doubling up to
 // 10 s can, short of a 10 s stall.
-func untilSent(t *testing.T, first time.Duration, call func(b *blackHole, timeout time.Duration) error) (error, int32) {
+func untilSent(t *testing.T, first time.Duration, call func(b *blackHole, timeout time.Duration) error) (int32, error) {
 	t.Helper()
 	for timeout := first; ; timeout *= 2 {
 		b := newBlackHole(t, false)
@@ -134,7 +134,7 @@ func untilSent(t *testing.T, first time.Duration, call func(b *blackHole, timeou
 		b.settle(t)
 		n := b.evals.Load()
 		if n > 0 || timeout >= 10*time.Second {
-			return err, n
+			return n, err
 		}
 		t.Logf("the %v timeout passed before the script was sent (%v); again with twice as long", timeout, err)
 	}
@@ -237,7 +237,7 @@ func TestNoReplayAfterReadTimeout(t *testing.T) {
 			// go-redis sets the write deadline to ReadTimeout too (WriteTimeout
 			// defaults to it), so a stalled client may time out before it
 			// writes: untilSent retries with a longer timeout.
-			err, evals := untilSent(t, 20*time.Millisecond, func(b *blackHole, timeout time.Duration) error {
+			evals, err := untilSent(t, 20*time.Millisecond, func(b *blackHole, timeout time.Duration) error {
 				return takeOnce(t, &redis.Options{
 					Addr: b.ln.Addr().String(), MaxRetries: maxRetries, MinRetryBackoff: time.Millisecond,
 					ReadTimeout: timeout, Protocol: 2, ContextTimeoutEnabled: ctxTimeout,
@@ -291,7 +291,7 @@ func TestNoReplayOnClusterAndRing(t *testing.T) {
 // The client dials (PING) before the deadline starts, and untilSent
 // lengthens a deadline that passed before the script was written.
 func TestContextDeadlineNotReplayed(t *testing.T) {
-	err, evals := untilSent(t, 50*time.Millisecond, func(b *blackHole, timeout time.Duration) error {
+	evals, err := untilSent(t, 50*time.Millisecond, func(b *blackHole, timeout time.Duration) error {
 		client := redis.NewClient(&redis.Options{
 			Addr: b.ln.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, Protocol: 2,
 		})
