@@ -59,11 +59,13 @@ import (
 //     count·Pm ≤ Q·Pm allows in window k at elapsed whole millisecond e
 //     (≤ Q, increasing in e). The count never exceeds Aₖ(e), and a refusal
 //     at e finds it exactly at Aₖ(e) (one more did not fit).
-//     Upper bound, whatever the demand: c₀ … c_{K−2} ≤ Q each, and window
-//     K's last admission (at e ≤ e₂, t₂'s millisecond) bounds c_{K−1} + c_K
-//     by Q + c_{K−1}·e₂/Pm ≤ Q + Q·(t₂ − w_K)/P, so N ≤ H = Q + ⌊Q·(t₂ − w₁)/P⌋.
-//     Lower bound: window K holds A_K(e₂) ≥ ⌊Q·e₂/Pm⌋ ≥ ⌊Q·(t₂ − w_K)/P⌋ − ⌈Q/Pm⌉
-//     at t₂; window 0 ends with Q − L₀ and each window 0 < k < K with
+//     Upper bound, whatever the demand: c₀ … c_{K−2} ≤ Q each, and
+//     window K's last admission (at e ≤ e₂, t₂'s millisecond) bounds
+//     c_{K−1} + c_K by Q + c_{K−1}·e₂/Pm ≤ Q + Q·(t₂ − w_K)/P, so
+//     N ≤ H = Q + ⌊Q·(t₂ − w₁)/P⌋.
+//     Lower bound: window K holds A_K(e₂) ≥ ⌊Q·e₂/Pm⌋ ≥
+//     ⌊Q·(t₂ − w_K)/P⌋ − ⌈Q/Pm⌉ at t₂; window 0 ends with Q − L₀ and
+//     each window 0 < k < K with
 //     Aₖ(Pm − 1) − Lₖ ≥ Q − ⌈Q/Pm⌉ − Lₖ, Lₖ being the quota it left
 //     unused. So N ≥ H − K·⌈Q/Pm⌉ − ΣLₖ. Lₖ is bounded by the demand
 //     the decisions show: after a last refusal at eᵣ the window ends with
