@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,22 +52,36 @@ import (
 //     microsecond. Ending it at the last refusal removes both.)
 //
 //  3. Bound, sliding-window counter. With Q = Quota, P = Period (Pm in
-//     milliseconds), windows aligned to the epoch, and w₁ the start of the
-//     first window after t₁'s: the first (partial) window admits Q at
-//     once; in each later window, by elapsed whole milliseconds e, the
-//     counter admits cur(e) = Q − ⌈prev·(Pm−e)/Pm⌉ (from prev·(Pm−e) +
-//     cur·Pm ≤ Q·Pm), so with demand in every millisecond N(t) tracks
-//     Q + Q·(t − w₁)/P from below, losing ⌈Q/Pm⌉ units at each window
-//     boundary (the last millisecond of a window weighs prev by 1/Pm) and
-//     less than one unit to rounding. The upper bound holds whatever the
-//     demand (each window's count is at most Q and weighs on the next);
-//     the lower one needs demand until each window's end, so a window that
-//     saw no request in its last g µs (a stalled machine) lowers it by
-//     ⌈Q·g/P⌉. The test asserts
-//     Q + ⌊Q·(t₂ − w₁)/P⌋ − b·⌈Q/Pm⌉ − 2 − Σ⌈Q·g/P⌉ ≤ N ≤ Q + ⌊Q·(t₂ − w₁)/P⌋,
-//     with b the number of window boundaries in (w₁, t₂]. Compared with the
-//     token-bucket formula from t₁, the counter admits Q·(w₁ − t₁)/P fewer:
-//     the first window's quota is spent at once rather than accrued.
+//     milliseconds), windows aligned to the epoch, t₁ the first decision
+//     (the key is fresh), w₀ the start of its window, wₖ = w₀ + k·P, t₂ in
+//     window K ≥ 1, cₖ the admissions in window k (c₋₁ = 0), and
+//     Aₖ(e) = ⌊Q − cₖ₋₁·(Pm − e)/Pm⌋ what the rule cₖ₋₁·(Pm − e) +
+//     count·Pm ≤ Q·Pm allows in window k at elapsed whole millisecond e
+//     (≤ Q, increasing in e). The count never exceeds Aₖ(e), and a refusal
+//     at e finds it exactly at Aₖ(e) (one more did not fit).
+//     Upper bound, whatever the demand: c₀ … c_{K−2} ≤ Q each, and
+//     window K's last admission (at e ≤ e₂, t₂'s millisecond) bounds
+//     c_{K−1} + c_K by Q + c_{K−1}·e₂/Pm ≤ Q + Q·(t₂ − w_K)/P, so
+//     N ≤ H = Q + ⌊Q·(t₂ − w₁)/P⌋.
+//     Lower bound: window K holds A_K(e₂) ≥ ⌊Q·e₂/Pm⌋ ≥
+//     ⌊Q·(t₂ − w_K)/P⌋ − ⌈Q/Pm⌉ at t₂; window 0 ends with Q − L₀ and
+//     each window 0 < k < K with
+//     Aₖ(Pm − 1) − Lₖ ≥ Q − ⌈Q/Pm⌉ − Lₖ, Lₖ being the quota it left
+//     unused. So N ≥ H − K·⌈Q/Pm⌉ − ΣLₖ. Lₖ is bounded by the demand
+//     the decisions show: after a last refusal at eᵣ the window ends with
+//     at least Aₖ(eᵣ), so Lₖ ≤ Aₖ(Pm − 1) − Aₖ(eᵣ) ≤ ⌈Q·g/P⌉ if that
+//     refusal came g µs before the window's end (demand that stopped: a
+//     stalled machine); a window without a refusal never had demand
+//     above its allowance, and Lₖ = Aₖ(Pm − 1) − cₖ. The second case is
+//     not only a stall: window 0's whole quota is free at once, and a
+//     loaded machine may not get through it before w₁ while every one of
+//     its decisions is an admission. Compared with the token-bucket
+//     formula from t₁, the counter admits Q·(w₁ − t₁)/P fewer: the first
+//     window's quota is spent at once rather than accrued.
+//
+// The run lasts runFor, and longer if needed (at most maxRun) until it has
+// what the checks need, however slow the machine: a refusal, and for the
+// window a refusal after w₁.
 func TestExactUnderDistribution(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hammers Redis for a few seconds")
@@ -76,6 +91,7 @@ func TestExactUnderDistribution(t *testing.T) {
 		instances = 5
 		perInst   = 64
 		runFor    = 1200 * time.Millisecond
+		maxRun    = 30 * time.Second
 		maxCalls  = 200_000 // per instance: bounds the loop whatever the speed
 	)
 	for _, tc := range []struct {
@@ -111,10 +127,13 @@ func TestExactUnderDistribution(t *testing.T) {
 				now := func() time.Time { return time.Now().Add(skew) }
 				local, err := memory.New(memory.WithClock(now))
 				require.NoError(t, err)
-				stores[i], err = resilient.New(primary, resilient.WithClock(now), resilient.WithTimeout(5*time.Second),
+				// Deadlines of a minute: the exact count needs every call
+				// decided by Redis, and a loaded machine under -race has
+				// paused this test for most of a second.
+				stores[i], err = resilient.New(primary, resilient.WithClock(now), resilient.WithTimeout(time.Minute),
 					resilient.WithFallback(local, resilient.EvenShare(instances)))
 				require.NoError(t, err)
-				lims[i], err = ratelimit.New(stores[i], ratelimit.WithLimits(tc.limit), ratelimit.WithStoreTimeout(5*time.Second))
+				lims[i], err = ratelimit.New(stores[i], ratelimit.WithLimits(tc.limit), ratelimit.WithStoreTimeout(time.Minute))
 				require.NoError(t, err)
 			}
 			t.Cleanup(func() {
@@ -128,6 +147,10 @@ func TestExactUnderDistribution(t *testing.T) {
 			start := make(chan struct{})
 			var ready, wg sync.WaitGroup
 			var errs atomic.Int64
+			// The first decision and the last refusal seen so far (Redis
+			// TIME, µs), for the end of the run.
+			var firstAt, lastRefusal atomic.Int64
+			firstAt.Store(math.MaxInt64)
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			for i := range instances {
@@ -151,6 +174,10 @@ func TestExactUnderDistribution(t *testing.T) {
 							}
 							d := res.Decisions[0]
 							mine = append(mine, decision{at: d.At, allowed: d.Allowed, remaining: d.Remaining})
+							for v := firstAt.Load(); d.At < v && !firstAt.CompareAndSwap(v, d.At); v = firstAt.Load() {
+							}
+							for v := lastRefusal.Load(); !d.Allowed && d.At > v && !lastRefusal.CompareAndSwap(v, d.At); v = lastRefusal.Load() {
+							}
 						}
 						mu.Lock()
 						decisions = append(decisions, mine...)
@@ -159,9 +186,38 @@ func TestExactUnderDistribution(t *testing.T) {
 				}
 			}
 			ready.Wait()
-			time.AfterFunc(runFor, cancel)
 			close(start)
-			wg.Wait()
+			begin := time.Now()
+			done := make(chan struct{})
+			go func() {
+				wg.Wait()
+				close(done)
+			}()
+			periodUS := tc.limit.Period().Microseconds()
+			enough := func() bool {
+				r := lastRefusal.Load()
+				if tc.limit.Algorithm() == ratelimit.SlidingWindow {
+					// firstAt only falls as decisions come in, so the w₁ it
+					// gives is never earlier than the true one.
+					f := firstAt.Load()
+					return r > f-f%periodUS+periodUS
+				}
+				return r > 0
+			}
+			tick := time.NewTicker(10 * time.Millisecond)
+			for running := true; running; {
+				select {
+				case <-done:
+					running = false
+				case <-tick.C:
+					if el := time.Since(begin); el >= runFor && (enough() || el >= maxRun) {
+						running = false
+					}
+				}
+			}
+			tick.Stop()
+			cancel()
+			<-done
 			require.Zero(t, errs.Load(), "store errors: the exact count needs every call decided")
 			for _, s := range stores {
 				require.Zero(t, s.Stats().Fallbacks, "the fallback (on a skewed clock) must not have decided")
@@ -219,7 +275,6 @@ func TestExactUnderDistribution(t *testing.T) {
 					n++
 				}
 			}
-			periodUS := l.Period().Microseconds()
 			total := 0
 			for _, d := range decisions {
 				if d.allowed {
@@ -247,20 +302,41 @@ func TestExactUnderDistribution(t *testing.T) {
 				lo, hi = want, want
 			case ratelimit.SlidingWindow:
 				q, pm := l.Quota(), l.Period().Milliseconds()
-				w1 := t1 - t1%periodUS + periodUS
+				w0 := t1 - t1%periodUS
+				w1 := w0 + periodUS
 				require.Greater(t, t2, w1, "the run must reach the second window")
-				boundaries := (t2 - w1) / periodUS
-				hi = q + q*(t2-w1)/periodUS
-				lo = hi - boundaries*((q+pm-1)/pm) - 2
-				// A window that saw no request in its last g µs (the
-				// machine stalled) leaves up to ⌈Q·g/P⌉ of its quota unused.
-				for w := w1; w <= t2; w += periodUS {
-					i, _ := slices.BinarySearchFunc(decisions, w, func(d decision, w int64) int { return int(d.at - w) })
-					if i > 0 {
-						lo -= (q*(w-decisions[i-1].at) + periodUS - 1) / periodUS
+				k2 := (t2 - w0) / periodUS // t₂'s window, K
+				// Admissions per window, and the elapsed millisecond of
+				// each window's last refusal (−1: none).
+				c, er := make([]int64, k2+1), make([]int64, k2+1)
+				for k := range er {
+					er[k] = -1
+				}
+				for _, d := range decisions[from : end+1] {
+					k := (d.at - w0) / periodUS
+					if d.allowed {
+						c[k]++
+					} else {
+						er[k] = (d.at - w0 - k*periodUS) / 1000
 					}
 				}
-				require.GreaterOrEqual(t, n, lo)
+				allows := func(prev, e int64) int64 { return (q*pm - prev*(pm-e)) / pm } // Aₖ(e) ≥ 0
+				hi = q + q*(t2-w1)/periodUS
+				lo = hi - k2*((q+pm-1)/pm)
+				var unused []int64
+				for k := range k2 {
+					prev := int64(0)
+					if k > 0 {
+						prev = c[k-1]
+					}
+					loss := allows(prev, pm-1) - c[k]
+					if er[k] >= 0 {
+						loss = allows(prev, pm-1) - allows(prev, er[k])
+					}
+					unused = append(unused, loss)
+					lo -= loss
+				}
+				require.GreaterOrEqual(t, n, lo, "admissions per window %v, last refusals at ms %v, quota left unused at most %v", c, er, unused)
 				require.LessOrEqual(t, n, hi)
 				want = hi
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/chaos"
 	"github.com/rampmeter/ratelimit/internal/clocktest"
 	"github.com/rampmeter/ratelimit/internal/redistest"
 	redisstore "github.com/rampmeter/ratelimit/store/redis"
@@ -83,7 +84,24 @@ func newMini(t *testing.T, opts ...redisstore.Option) *env {
 // when t ends.
 func newReal(t *testing.T, opts ...redisstore.Option) *env {
 	t.Helper()
-	client := redistest.Client(t)
+	return newRealOn(t, redistest.Client(t), opts...)
+}
+
+// newPrivate is newReal on a redis-server of the test's own (started by
+// internal/chaos on a free port, stopped by PID), for tests that flush the
+// script cache: on the shared server other processes' tests load the
+// script again, or flush it, between two of the test's commands, and a
+// flush there would disturb every other user of the server.
+func newPrivate(t *testing.T, opts ...redisstore.Option) *env {
+	t.Helper()
+	srv := chaos.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { _ = client.Close() })
+	return newRealOn(t, client, opts...)
+}
+
+func newRealOn(t *testing.T, client *redis.Client, opts ...redisstore.Option) *env {
+	t.Helper()
 	prefix := redistest.Prefix(t)
 	clock := clocktest.New(t0)
 	opts = append([]redisstore.Option{redisstore.WithPrefix(prefix), redisstore.WithClock(clock.Now)}, opts...)

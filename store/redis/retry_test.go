@@ -27,15 +27,21 @@ import (
 // Redis that died or killed the client after running the script). In both
 // cases the script may have run, so every EVALSHA after the first is a
 // possible double charge.
+//
+// Counting is exact whatever the scheduling: a server that closes counts
+// an EVALSHA before it closes, so before the client can see the close and
+// return; a server that hangs is counted after the client is closed and
+// every connection handler has read to the end (settle).
 
 // blackHole is a RESP server that answers connection set-up and swallows
 // every EVALSHA/EVAL.
 type blackHole struct {
-	ln    net.Listener
-	close bool // close the connection on EVALSHA instead of hanging
-	evals atomic.Int32
-	mu    sync.Mutex
-	conns []net.Conn
+	ln       net.Listener
+	close    bool // close the connection on EVALSHA instead of hanging
+	evals    atomic.Int32
+	handlers sync.WaitGroup // one per accepted connection, done when it ends
+	mu       sync.Mutex
+	conns    []net.Conn
 }
 
 func newBlackHole(t *testing.T, closeOnEval bool) *blackHole {
@@ -63,7 +69,7 @@ func (b *blackHole) serve() {
 		b.mu.Lock()
 		b.conns = append(b.conns, c)
 		b.mu.Unlock()
-		go b.handle(c)
+		b.handlers.Go(func() { b.handle(c) })
 	}
 }
 
@@ -89,6 +95,48 @@ func (b *blackHole) handle(c net.Conn) {
 		default:
 			_, _ = io.WriteString(c, "+OK\r\n")
 		}
+	}
+}
+
+// settle waits until every connection's handler has returned, that is, until
+// the server has read everything its (closed) clients sent: only then is
+// evals final. A client that timed out may have returned before the
+// server's goroutine even read its EVALSHA. The 20 s limit only turns a
+// client left open by mistake into a failure rather than a hang.
+func (b *blackHole) settle(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		b.handlers.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a client connection to the black hole is still open")
+	}
+}
+
+// untilSent runs call against a fresh hanging black hole with a timeout of
+// first, then twice as long, and so on, until the script reached the
+// server at least once, and returns the EVALSHAs the server read and
+// call's error. call must close its client before it returns. A timeout
+// that passes before the script is written (while the client dials, or
+// while a loaded machine does not run it) sends nothing and proves
+// nothing about replays: only a timeout that passes after the send does.
+// No fixed timeout can promise that on a shared machine; doubling up to
+// 10 s can, short of a 10 s stall.
+func untilSent(t *testing.T, first time.Duration, call func(b *blackHole, timeout time.Duration) error) (int32, error) {
+	t.Helper()
+	for timeout := first; ; timeout *= 2 {
+		b := newBlackHole(t, false)
+		err := call(b, timeout)
+		b.settle(t)
+		n := b.evals.Load()
+		if n > 0 || timeout >= 10*time.Second {
+			return n, err
+		}
+		t.Logf("the %v timeout passed before the script was sent (%v); again with twice as long", timeout, err)
 	}
 }
 
@@ -186,14 +234,18 @@ func TestNoReplayAfterConnectionLoss(t *testing.T) {
 func TestNoReplayAfterReadTimeout(t *testing.T) {
 	for _, maxRetries := range []int{0, 2, -1} {
 		for _, ctxTimeout := range []bool{false, true} {
-			b := newBlackHole(t, false)
-			err := takeOnce(t, &redis.Options{
-				Addr: b.ln.Addr().String(), MaxRetries: maxRetries, MinRetryBackoff: time.Millisecond,
-				ReadTimeout: 20 * time.Millisecond, Protocol: 2, ContextTimeoutEnabled: ctxTimeout,
-			}, t.Context(), redisstore.AllowContextTimeoutDisabled())
+			// go-redis sets the write deadline to ReadTimeout too (WriteTimeout
+			// defaults to it), so a stalled client may time out before it
+			// writes: untilSent retries with a longer timeout.
+			evals, err := untilSent(t, 20*time.Millisecond, func(b *blackHole, timeout time.Duration) error {
+				return takeOnce(t, &redis.Options{
+					Addr: b.ln.Addr().String(), MaxRetries: maxRetries, MinRetryBackoff: time.Millisecond,
+					ReadTimeout: timeout, Protocol: 2, ContextTimeoutEnabled: ctxTimeout,
+				}, t.Context(), redisstore.AllowContextTimeoutDisabled())
+			})
 			var ne net.Error
 			require.True(t, errors.As(err, &ne) && ne.Timeout(), "want a network timeout, got %v", err)
-			require.Equal(t, int32(1), b.evals.Load(), "EVALSHAs sent with MaxRetries %d", maxRetries)
+			require.Equal(t, int32(1), evals, "EVALSHAs sent with MaxRetries %d", maxRetries)
 		}
 	}
 }
@@ -235,16 +287,23 @@ func TestNoReplayOnClusterAndRing(t *testing.T) {
 // TestContextDeadlineNotReplayed: with ContextTimeoutEnabled the context's
 // deadline becomes the socket deadline and ends the call with the
 // context's error; the script is sent once.
+//
+// The client dials (PING) before the deadline starts, and untilSent
+// lengthens a deadline that passed before the script was written.
 func TestContextDeadlineNotReplayed(t *testing.T) {
-	b := newBlackHole(t, false)
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	err := takeOnce(t, &redis.Options{
-		Addr: b.ln.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, Protocol: 2,
-	}, ctx)
+	evals, err := untilSent(t, 50*time.Millisecond, func(b *blackHole, timeout time.Duration) error {
+		client := redis.NewClient(&redis.Options{
+			Addr: b.ln.Addr().String(), ContextTimeoutEnabled: true, ReadTimeout: time.Minute, Protocol: 2,
+		})
+		defer client.Close()
+		require.NoError(t, client.Ping(t.Context()).Err())
+		ctx, cancel := context.WithTimeout(t.Context(), timeout)
+		defer cancel()
+		return takeWith(t, client, ctx)
+	})
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.ErrorContains(t, err, "redisstore: take: ")
-	require.Equal(t, int32(1), b.evals.Load())
+	require.Equal(t, int32(1), evals)
 }
 
 // wrapped is a UniversalClient whose options New cannot read.
