@@ -80,29 +80,19 @@ func (m *model) apply(take bool, keys []string, reqs []ratelimit.Request, now in
 	return out, written
 }
 
-// realTTLSlack is how much lower than the PX written the real server's PTTL
-// may read: its TTLs count down on the wall clock between the write and
-// the PTTL, which on a loaded machine (-race, parallel test binaries) can
-// take well over 50 ms. The exact PX is checked on miniredis.
-const realTTLSlack = time.Second
-
-// checkTTLs requires the PX of freshly written keys to be the model's: the
-// time until the state is equivalent to a key never seen, in milliseconds
-// rounded up. miniredis's TTLs have not moved since the write; the real
-// server's count down on the wall clock, so there PTTL may be up to
-// realTTLSlack lower.
-func (m *model) checkTTLs(e *env, keys []string) {
+// checkTTLs requires the PX of keys freshly written by a call that
+// started at since to be the model's: the time until the state is
+// equivalent to a key never seen, in milliseconds rounded up. miniredis's
+// TTLs have not moved since the write; the real server's count down on
+// its wall clock (requireRealPTTL).
+func (m *model) checkTTLs(e *env, keys []string, since time.Time) {
 	e.t.Helper()
 	for _, k := range keys {
 		got, err := e.client.PTTL(e.t.Context(), k).Result()
 		require.NoError(e.t, err)
 		want := time.Duration(m.states[k].ttlMs) * time.Millisecond
 		if e.real() {
-			if got == -2*time.Nanosecond && want <= realTTLSlack {
-				continue // already expired
-			}
-			require.LessOrEqual(e.t, got, want, "PTTL of %s", k)
-			require.Greater(e.t, got, want-realTTLSlack, "PTTL of %s", k)
+			requireRealPTTL(e.t, got, want, since, k)
 		} else {
 			require.Equal(e.t, want, got, "PTTL of %s", k)
 		}
@@ -359,6 +349,7 @@ func runAgreement(e *env, limits []*ratelimit.Limit, rng *rand.Rand, steps int) 
 				m.pin(e, keys)
 			}
 			want, written := m.apply(take, keys, reqs, e.micros())
+			since := time.Now()
 			var got []ratelimit.Decision
 			if take {
 				got = e.take(reqs...)
@@ -370,7 +361,7 @@ func runAgreement(e *env, limits []*ratelimit.Limit, rng *rand.Rand, steps int) 
 				require.Equal(t, want[i], got[i], "%s step %d: take=%v request %d of %s at %d",
 					e.name, step, take, i, describeReqs(reqs), e.micros())
 			}
-			m.checkTTLs(e, written)
+			m.checkTTLs(e, written, since)
 			ats = append(ats, got[0].At)
 		}
 		m.verify(e)

@@ -217,3 +217,23 @@ func (h *countHook) take() []string {
 	h.names = nil
 	return n
 }
+
+// requireRealPTTL checks got, a PTTL read on the real server, of a key
+// written with PX want by a call that started at since. The server counts
+// TTLs down on its wall clock from the write: by the PTTL it has taken off
+// the milliseconds between its clock readings for the two commands, which
+// both fall between since and now, so at most d + 1 ms, d being now − since
+// truncated to the millisecond (each reading is truncated). Hence
+// want − d − 1 ms ≤ got ≤ want, or the key is gone if that bound is ≤ 0.
+// (A fixed allowance cannot hold: on a loaded machine the write and the
+// PTTL have been 56 ms apart, and could be seconds.)
+func requireRealPTTL(t testing.TB, got, want time.Duration, since time.Time, key string) {
+	t.Helper()
+	lo := want - time.Since(since).Truncate(time.Millisecond) - time.Millisecond
+	if got == -2*time.Nanosecond { // no such key
+		require.LessOrEqual(t, lo, time.Duration(0), "PTTL of %s: gone, with %v left", key, lo)
+		return
+	}
+	require.LessOrEqual(t, got, want, "PTTL of %s", key)
+	require.GreaterOrEqual(t, got, max(lo, 0), "PTTL of %s", key)
+}

@@ -121,6 +121,17 @@ func (e *events) hooks() resilient.Hooks {
 	}
 }
 
+// newGuard is resilient.New with a deadline of a minute before opts (which
+// may set another). The deadline is real time, and outside a synctest
+// bubble a loaded machine can take longer than the default 50 ms to run
+// the primary's goroutine: the call then times out, and a test of errors,
+// panics or the breaker sees a timeout instead (TestPrimaryPanicIsAnError
+// did, under go test -race ./...). The deadline's own tests run in
+// synctest bubbles.
+func newGuard(primary ratelimit.Store, opts ...resilient.Option) (*resilient.Store, error) {
+	return resilient.New(primary, append([]resilient.Option{resilient.WithTimeout(time.Minute)}, opts...)...)
+}
+
 func take(t *testing.T, s ratelimit.Store, l *ratelimit.Limit) (ratelimit.Decision, error) {
 	t.Helper()
 	out := make([]ratelimit.Decision, 1)
@@ -176,7 +187,7 @@ func TestBreaker(t *testing.T) {
 	p := &primary{fail: errDown}
 	clk := &clock{t: t0}
 	var ev events
-	s, err := resilient.New(p, resilient.WithFailureThreshold(3), resilient.WithBackoff(100*time.Millisecond, 300*time.Millisecond),
+	s, err := newGuard(p, resilient.WithFailureThreshold(3), resilient.WithBackoff(100*time.Millisecond, 300*time.Millisecond),
 		resilient.WithJitter(0), resilient.WithClock(clk.Now), resilient.WithHooks(ev.hooks()))
 	require.NoError(t, err)
 	l := ratelimit.PerMinute(60)
@@ -270,7 +281,7 @@ func TestBackoffJitter(t *testing.T) {
 	p := &primary{fail: errDown}
 	clk := &clock{t: t0}
 	draws := []float64{0.5, 0.25}
-	s, err := resilient.New(p, resilient.WithFailureThreshold(1), resilient.WithJitter(0.5),
+	s, err := newGuard(p, resilient.WithFailureThreshold(1), resilient.WithJitter(0.5),
 		resilient.WithClock(clk.Now), resilient.WithRand(func() float64 { d := draws[0]; draws = draws[1:]; return d }))
 	require.NoError(t, err)
 	l := ratelimit.PerMinute(60)
@@ -296,7 +307,7 @@ func TestBackoffJitter(t *testing.T) {
 func TestOneProbeAtATime(t *testing.T) {
 	p := &primary{fail: errDown}
 	clk := &clock{t: t0}
-	s, err := resilient.New(p, resilient.WithFailureThreshold(1), resilient.WithJitter(0),
+	s, err := newGuard(p, resilient.WithFailureThreshold(1), resilient.WithJitter(0),
 		resilient.WithClock(clk.Now), resilient.WithTimeout(time.Hour))
 	require.NoError(t, err)
 	l := ratelimit.PerMinute(60)
@@ -428,7 +439,7 @@ func TestFallback(t *testing.T) {
 	local, err := memory.New(memory.WithClock(clk.Now))
 	require.NoError(t, err)
 	var ev events
-	s, err := resilient.New(p, resilient.WithFailureThreshold(2), resilient.WithJitter(0), resilient.WithClock(clk.Now),
+	s, err := newGuard(p, resilient.WithFailureThreshold(2), resilient.WithJitter(0), resilient.WithClock(clk.Now),
 		resilient.WithFallback(local, resilient.EvenShare(3)), resilient.WithHooks(ev.hooks()))
 	require.NoError(t, err)
 	l := ratelimit.PerMinute(10).Named("rpm")
@@ -498,7 +509,7 @@ func TestLimiterFailureModes(t *testing.T) {
 	l := ratelimit.PerMinute(6).Named("rpm")
 	serve := func(t *testing.T, store ratelimit.Store, opts ...ratelimit.Option) ([]int, ratelimit.Stats) {
 		lim, err := ratelimit.New(store, append([]ratelimit.Option{ratelimit.WithLimits(l),
-			ratelimit.WithKey(ratelimit.KeyConst("all"))}, opts...)...)
+			ratelimit.WithKey(ratelimit.KeyConst("all")), ratelimit.WithStoreTimeout(time.Minute)}, opts...)...)
 		require.NoError(t, err)
 		h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 		var codes []int
@@ -510,7 +521,7 @@ func TestLimiterFailureModes(t *testing.T) {
 		return codes, lim.Stats()
 	}
 	newStore := func(t *testing.T, opts ...resilient.Option) *resilient.Store {
-		s, err := resilient.New(&primary{fail: errDown}, opts...)
+		s, err := newGuard(&primary{fail: errDown}, opts...)
 		require.NoError(t, err)
 		return s
 	}
@@ -545,7 +556,7 @@ func (*panicking) Take(context.Context, []ratelimit.Request, []ratelimit.Decisio
 // TestPrimaryPanicIsAnError: a panic on the guard's goroutine would end
 // the process; it becomes a failure of the call instead.
 func TestPrimaryPanicIsAnError(t *testing.T) {
-	s, err := resilient.New(&panicking{})
+	s, err := newGuard(&panicking{})
 	require.NoError(t, err)
 	l := ratelimit.PerMinute(60)
 	_, err = take(t, s, &l)
@@ -564,7 +575,7 @@ func TestFallbackCostAboveScaledBurst(t *testing.T) {
 	clk := &clock{t: t0}
 	local, err := memory.New(memory.WithClock(clk.Now))
 	require.NoError(t, err)
-	s, err := resilient.New(p, resilient.WithFailureThreshold(2), resilient.WithJitter(0), resilient.WithClock(clk.Now),
+	s, err := newGuard(p, resilient.WithFailureThreshold(2), resilient.WithJitter(0), resilient.WithClock(clk.Now),
 		resilient.WithBackoff(time.Second, 8*time.Second), resilient.WithFallback(local, resilient.EvenShare(5)))
 	require.NoError(t, err)
 	l := ratelimit.PerDay(100_000).Named("tokens")
@@ -615,7 +626,7 @@ func TestFallbackSeesLimitChangedInPlace(t *testing.T) {
 	clk := &clock{t: t0}
 	local, err := memory.New(memory.WithClock(clk.Now))
 	require.NoError(t, err)
-	s, err := resilient.New(&primary{fail: errDown}, resilient.WithJitter(0), resilient.WithClock(clk.Now),
+	s, err := newGuard(&primary{fail: errDown}, resilient.WithJitter(0), resilient.WithClock(clk.Now),
 		resilient.WithFallback(local, resilient.EvenShare(5)))
 	require.NoError(t, err)
 	lim := ratelimit.PerDay(100_000).Named("tokens")
