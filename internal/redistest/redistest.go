@@ -51,8 +51,40 @@ func Client(t testing.TB) *redis.Client {
 
 // Prefix returns a key prefix unique to this test run, so tests sharing one
 // server never see each other's keys. Tests must not FLUSHALL a shared server.
+// When t ends, the keys under the prefix are deleted from the server of
+// RAMPMETER_REDIS_ADDR (a test's frozen clock can give them TTLs far longer
+// than the test), best effort: a server that does not answer is left alone.
 func Prefix(t testing.TB) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
-	return "rmtest:" + hex.EncodeToString(b[:]) + ":"
+	prefix := "rmtest:" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() { deleteKeys(prefix) })
+	return prefix
+}
+
+// deleteKeys deletes the keys whose names start with prefix (which holds no
+// glob characters) from the test server, within a few seconds.
+func deleteKeys(prefix string) {
+	addr := os.Getenv("RAMPMETER_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if iter.Err() != nil || len(keys) == 0 {
+		return
+	}
+	// One UNLINK per key: on a cluster the keys may sit in many slots.
+	pipe := c.Pipeline()
+	for _, k := range keys {
+		pipe.Unlink(ctx, k)
+	}
+	_, _ = pipe.Exec(ctx)
 }
