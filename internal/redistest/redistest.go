@@ -21,11 +21,7 @@ import (
 // failing t (see the package doc) when none answers.
 func Addr(t testing.TB) string {
 	t.Helper()
-	addr := os.Getenv("RAMPMETER_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	addr, c := probeClient()
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -36,6 +32,17 @@ func Addr(t testing.TB) string {
 		t.Skipf("no redis-server at %s (%v); set RAMPMETER_REDIS_ADDR or start one", addr, err)
 	}
 	return addr
+}
+
+// probeClient returns the test server's address (RAMPMETER_REDIS_ADDR, by
+// default 127.0.0.1:6379) and a client of it with a one-second dial
+// timeout, for the package's own housekeeping; the caller closes it.
+func probeClient() (string, *redis.Client) {
+	addr := os.Getenv("RAMPMETER_REDIS_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:6379"
+	}
+	return addr, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 }
 
 // Client returns a client of the real redis-server, closed when t ends. It
@@ -65,11 +72,7 @@ func Prefix(t testing.TB) string {
 // deleteKeys deletes the keys whose names start with prefix (which holds no
 // glob characters) from the test server, within a few seconds.
 func deleteKeys(prefix string) {
-	addr := os.Getenv("RAMPMETER_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	_, c := probeClient()
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
