@@ -831,7 +831,7 @@ func (l *Limiter) take(ctx context.Context, reqs []Request, out []Decision) (Res
 	if res.Allowed && res.ShadowLimited() {
 		// Only shadow limits refused, so the store charged nothing (all
 		// or nothing): charge the enforced limits alone.
-		if err := l.retakeEnforced(ctx, reqs, out); err != nil {
+		if err := l.retakeAdmitting(ctx, reqs, out); err != nil {
 			return Result{}, err
 		}
 		res = resultOf(out[:len(reqs)])
@@ -858,7 +858,7 @@ func (l *Limiter) record(ctx context.Context, res Result) {
 	}
 }
 
-// retakeEnforced decides again, after a Take that only shadow limits
+// retakeAdmitting decides again, after a Take that only shadow limits
 // refused and that therefore charged nothing (all or nothing), the
 // requests of reqs that must be charged: every enforced limit and every
 // shadow limit that had room. Their new decisions replace theirs in out;
@@ -868,7 +868,7 @@ func (l *Limiter) record(ctx context.Context, res Result) {
 // the Take is made again without it, so the loop ends after at most one
 // retake per shadow limit. If an enforced limit refuses, the request is
 // refused: nothing is charged twice either way.
-func (l *Limiter) retakeEnforced(ctx context.Context, reqs []Request, out []Decision) error {
+func (l *Limiter) retakeAdmitting(ctx context.Context, reqs []Request, out []Decision) error {
 	idx := make([]int, 0, len(reqs))
 	for {
 		idx = idx[:0]
@@ -975,12 +975,11 @@ func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
 		}
 		return fmt.Errorf("ratelimit: store call abandoned: %w", err)
 	}
-	timedOut := errors.Is(tctx.Err(), context.DeadlineExceeded)
-	if timedOut && !errors.Is(err, context.DeadlineExceeded) {
-		err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
-	}
 	e := &storeCallError{err: err}
-	if timedOut || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(tctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
+		e.err = fmt.Errorf("%w: %w", err, context.DeadlineExceeded)
+	}
+	if errors.Is(e.err, context.DeadlineExceeded) {
 		e.timeout = l.timeout
 	}
 	l.stats.storeErrors.Add(1)
