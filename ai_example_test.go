@@ -19,7 +19,7 @@ import (
 // reserve-then-settle, OpenAI-compatible headers and errors, 403 for a
 // spent daily quota.
 func Example_aiAPI() {
-	store, err := memory.New() // store/redis for many instances
+	store, err := memory.New() // store/redisstore for many instances
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // may spend: for example 60 requests per minute and 100,000 tokens per day.
 // A [Store] decides every limit at once, all or nothing: either each limit
 // has room and each is charged, or none is charged and the request is
-// refused. [store/memory] keeps state in one process; [store/redis] shares it
+// refused. [store/memory] keeps state in one process; [store/redisstore] shares it
 // between processes with one Lua script per decision (one round trip) and the
 // Redis server's clock.
 //
@@ -41,5 +41,5 @@
 // [hooks]: https://pkg.go.dev/github.com/rampmeter/ratelimit/hooks
 // [metrics/prometheus]: https://pkg.go.dev/github.com/rampmeter/ratelimit/metrics/prometheus
 // [store/memory]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/memory
-// [store/redis]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/redis
+// [store/redisstore]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/redisstore
 package ratelimit

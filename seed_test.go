@@ -11,7 +11,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/store/memory"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // The seed's multiple-choice questions, answered by tests through the

@@ -16,7 +16,7 @@ import (
 // Transport is an http.RoundTripper for outbound calls to a vendor API with
 // its own quota (an AI provider, a payment API): every call first waits for
 // its slot (Limiter.Wait) under the key Key names, so calls leave at the
-// Limiter's rate; with a shared store (store/redis) the schedule is
+// Limiter's rate; with a shared store (store/redisstore) the schedule is
 // fleet-wide, and every process sharing the key stays within one quota.
 //
 // When the vendor still answers 429 Too Many Requests, or 503 Service

@@ -20,7 +20,7 @@ import (
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/internal/redistest"
 	"github.com/rampmeter/ratelimit/store/memory"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // vendor is an httptest server whose answers a test scripts: answer(n, w,
@@ -515,7 +515,7 @@ func ExampleTransport() {
 	defer api.Close()
 
 	// The vendor allows 60 calls a minute per account. Send them one a
-	// second; with a store/redis store every process shares the schedule,
+	// second; with a store/redisstore store every process shares the schedule,
 	// and a 429 from the vendor pauses them all.
 	store, err := memory.New()
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/store/memory"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 const demoInstances = 5

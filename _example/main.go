@@ -42,7 +42,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	rmprom "github.com/rampmeter/ratelimit/metrics/prometheus"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 type options struct {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/internal/clocktest"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 	"github.com/rampmeter/ratelimit/store/resilient"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/internal/clocktest"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // cluster is a running Redis Cluster of local redis-servers: three

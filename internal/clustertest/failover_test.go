@@ -20,7 +20,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/internal/clocktest"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // load is the traffic of a set of callers, in passes: each pass advances

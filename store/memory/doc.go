@@ -1,7 +1,7 @@
 // Package memory is a ratelimit.Store that keeps its state in the memory of
 // one process: fast, bounded, and forgotten on restart. Use it for a single
 // instance, for tests, or as the local fallback when a shared store fails;
-// use store/redis when several processes must share one limit.
+// use store/redisstore when several processes must share one limit.
 //
 // # Decisions
 //

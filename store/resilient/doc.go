@@ -35,7 +35,7 @@
 // twice. A call decided by the fallback after such a timeout may thus be
 // charged on both stores; that errs towards refusing, never towards
 // over-admitting. (The Redis store also keeps go-redis from replaying its
-// script; see store/redis.)
+// script; see store/redisstore.)
 //
 // # Circuit breaker
 //

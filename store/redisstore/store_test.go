@@ -20,7 +20,7 @@ import (
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/internal/chaos"
 	"github.com/rampmeter/ratelimit/internal/redistest"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // stack returns n distinct limits of 100 requests per minute (scale 600000

@@ -15,7 +15,7 @@ import (
 	"github.com/rampmeter/ratelimit/internal/chaos"
 	"github.com/rampmeter/ratelimit/internal/clocktest"
 	"github.com/rampmeter/ratelimit/internal/redistest"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // t0 is the instant the tests start at; its microsecond fraction catches a

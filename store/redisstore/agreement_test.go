@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
-	redisstore "github.com/rampmeter/ratelimit/store/redis"
+	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
 // model is the Go twin of the Lua script: the state every Redis key should
