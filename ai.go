@@ -1,18 +1,15 @@
 package ratelimit
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/bits"
 	"net/http"
-	"strconv"
 	"time"
 )
 
-// Options and responses for AI APIs: reservation clamps, settlement of
-// failed calls, quota statuses and OpenAI-shaped errors.
+// Options for costly requests (AI tokens): reservation clamps, settlement
+// of failed calls and quota statuses.
 
 // WithReserveClamp caps the reservation of every limit that has a cost
 // function at fraction of the limit's Burst (rounded down, at least 1), so
@@ -102,175 +99,27 @@ func (l *Limiter) refusalStatus(res Result) int {
 	return http.StatusTooManyRequests
 }
 
-// WithOpenAIErrors answers refusals and errors in the OpenAI API's error
-// shape instead of RFC 9457 problem details, for clients written against
-// OpenAI: it installs OpenAIRejectHandler (unless WithRejectHandler is
-// given), OpenAIKeyErrorHandler (unless WithKeyErrorHandler or
-// WithSkipOnKeyError is given), and the same shape for cost-function and
-// WithLimitsFunc errors. Statuses, Retry-After and the rate-limit fields
-// are unchanged.
-func WithOpenAIErrors() Option {
-	return func(c *config) error {
-		c.openAIErrors = true
-		return nil
-	}
-}
-
-// openAIError is the OpenAI API's error body.
-type openAIError struct {
-	Error openAIErrorBody `json:"error"`
-}
-
-type openAIErrorBody struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    *string `json:"code"`
-}
-
-// writeOpenAIError answers with status and an OpenAI error body.
-func writeOpenAIError(w http.ResponseWriter, status int, message, typ, code string) {
-	e := openAIError{Error: openAIErrorBody{Message: message, Type: typ}}
-	if code != "" {
-		e.Error.Code = &code
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(&e) // cannot fail: strings only
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
-// OpenAIRejectHandler is a RejectHandler that answers in the OpenAI API's
-// error shape, {"error":{"message","type","param","code"}}, with
-// rej.Status:
-//
-//   - 429: type is the binding limit's unit ("requests", "tokens"), code
-//     "rate_limit_exceeded", and the message follows OpenAI's: `Rate limit
-//     reached for "tokens" on tokens per min (TPM): Limit 10000, Used 9500,
-//     Requested 1000. Please try again in 30s.` (Limit is the Burst, Used
-//     what is not Remaining, the wait is Retry-After as a Go duration).
-//   - 413 (the cost exceeds a limit's Burst): type the unit, code
-//     "rate_limit_exceeded", message `Request too large for "tokens" on
-//     tokens per min (TPM): Limit 10000, Requested 15000. The input or
-//     output tokens must be reduced in order to run successfully.` OpenAI
-//     itself sends this with 429, which SDKs retry in vain; 413 is not
-//     retried.
-//   - another 4xx (WithQuotaExhaustedStatus): type and code
-//     "insufficient_quota", message `You exceeded your quota for "tokens"
-//     on tokens per day (TPD): ... Please try again in 5h3m0s.`
-//   - 503 (FailClosed): type "server_error", no code.
-func OpenAIRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection) {
-	d := rej.Binding()
-	if rej.Status == http.StatusServiceUnavailable || d == nil {
-		writeOpenAIError(w, rej.Status, "The rate limiter cannot decide right now; please try again in "+
-			(time.Duration(retryAfterSeconds(rej.RetryAfter))*time.Second).String()+".", "server_error", "")
+// costError answers a request r whose cost function for lim failed.
+func (l *Limiter) costError(w http.ResponseWriter, r *http.Request, lim *Limit, err error) {
+	if l.requestError != nil {
+		l.requestError(w, r, lim.Name(), err)
 		return
 	}
-	l := d.Limit
-	cost := costAt(rej.Costs, rej.Decisions, d)
-	on := fmt.Sprintf("for %q on %s", l.Name(), rateName(l))
-	if rej.Status == http.StatusRequestEntityTooLarge {
-		what := "The request's cost"
-		if l.Unit() == Tokens {
-			what = "The input or output tokens"
-		}
-		writeOpenAIError(w, rej.Status, fmt.Sprintf("Request too large %s: Limit %d, Requested %d. %s must be reduced in order to run successfully.",
-			on, l.Burst(), cost, what), string(l.Unit()), "rate_limit_exceeded")
-		return
-	}
-	wait := (time.Duration(retryAfterSeconds(rej.RetryAfter)) * time.Second).String()
-	counts := fmt.Sprintf("Limit %d, Used %d, Requested %d. Please try again in %s.", l.Burst(), max(0, l.Burst()-d.Remaining), cost, wait)
-	if rej.Status == http.StatusTooManyRequests {
-		writeOpenAIError(w, rej.Status, "Rate limit reached "+on+": "+counts, string(l.Unit()), "rate_limit_exceeded")
-		return
-	}
-	writeOpenAIError(w, rej.Status, "You exceeded your quota "+on+": "+counts, "insufficient_quota", "insufficient_quota")
-}
-
-// rateName names a limit's rate as OpenAI's messages do: "tokens per min
-// (TPM)", "requests per day (RPD)", "tokens per 10 seconds".
-func rateName(l *Limit) string {
-	var per, abbr string
-	switch l.Period() {
-	case time.Minute:
-		per, abbr = "min", "M"
-	case time.Hour:
-		per, abbr = "hour", "H"
-	case 24 * time.Hour:
-		per, abbr = "day", "D"
-	default:
-		return string(l.Unit()) + " per " + periodPhrase(l.Period())
-	}
-	switch l.Unit() {
-	case Requests:
-		return "requests per " + per + " (RP" + abbr + ")"
-	case Tokens:
-		return "tokens per " + per + " (TP" + abbr + ")"
-	default:
-		return string(l.Unit()) + " per " + per
-	}
-}
-
-// OpenAIKeyErrorHandler answers a request whose key function failed in the
-// OpenAI API's error shape with type "invalid_request_error": the status
-// and message as DefaultKeyErrorHandler chooses them (401 gets
-// "WWW-Authenticate: Bearer" and code "invalid_api_key").
-func OpenAIKeyErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	status, show := statusOf(err, http.StatusBadRequest)
-	msg := "The request carries no usable API key."
-	if show {
-		msg = err.Error()
-	}
-	code := ""
-	if status == http.StatusUnauthorized {
-		code = "invalid_api_key"
-		if w.Header().Get("WWW-Authenticate") == "" {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-		}
-	}
-	writeOpenAIError(w, status, msg, "invalid_request_error", code)
-}
-
-// costError answers a request whose cost function for lim failed.
-func (l *Limiter) costError(w http.ResponseWriter, lim *Limit, err error) {
-	if !l.openAIErrors {
-		writeCostError(w, lim, err)
-		return
-	}
-	status, show := statusOf(err, http.StatusBadRequest)
-	msg := fmt.Sprintf("The request's cost for the %q limit could not be estimated.", lim.Name())
-	if show {
-		msg = err.Error()
-	}
-	writeOpenAIError(w, status, msg, errorType(status), "")
+	writeCostError(w, lim, err)
 }
 
 // limitsError answers a request whose LimitsFunc failed: with the error's
 // status and message when it chose one (StatusError), else 500 with a
 // generic message (the cause is a server-side fault, not for clients).
-func (l *Limiter) limitsError(w http.ResponseWriter, err error) {
+func (l *Limiter) limitsError(w http.ResponseWriter, r *http.Request, err error) {
+	if l.requestError != nil {
+		l.requestError(w, r, "", err)
+		return
+	}
 	status, show := statusOf(err, http.StatusInternalServerError)
 	msg := "the rate limits of this request could not be determined"
 	if show {
 		msg = err.Error()
 	}
-	if l.openAIErrors {
-		writeOpenAIError(w, status, msg, errorType(status), "")
-		return
-	}
 	writeProblem(w, &problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: msg})
-}
-
-// errorType is the OpenAI error type of a status.
-func errorType(status int) string {
-	if status >= 500 {
-		return "server_error"
-	}
-	return "invalid_request_error"
 }

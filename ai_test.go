@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -261,15 +260,6 @@ func TestQuotaExhaustedStatus(t *testing.T) {
 	assert.Equal(t, "30", w.Header().Get("Retry-After"))
 	assert.Equal(t, ratelimit.Stats{Allowed: 2, Limited: 2}, lim.Stats())
 
-	// In the OpenAI shape: insufficient_quota.
-	lim, _, _ = newLimiter(t, limits, quota, ratelimit.WithOpenAIErrors())
-	h = lim.Handler(okHandler)
-	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 1000)).Code)
-	w = serve(h, request("POST", "/", "k", 10))
-	require.Equal(t, http.StatusForbidden, w.Code)
-	assert.Equal(t, `{"error":{"message":"You exceeded your quota for \"tokens\" on tokens per day (TPD): Limit 1000, Used 1000, Requested 10. `+
-		`Please try again in 14m24s.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`+"\n", w.Body.String())
-
 	for _, bad := range []ratelimit.Option{
 		ratelimit.WithQuotaExhaustedStatus(0, http.StatusForbidden),
 		ratelimit.WithQuotaExhaustedStatus(time.Hour, http.StatusInternalServerError),
@@ -279,116 +269,4 @@ func TestQuotaExhaustedStatus(t *testing.T) {
 		_, err := ratelimit.New(newStore(t, time.Now), limits, bad)
 		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
 	}
-}
-
-func TestOpenAIErrors(t *testing.T) {
-	lim, _, _ := newLimiter(t, aiLimits(), ratelimit.WithOpenAIErrors())
-	h := lim.Handler(okHandler)
-
-	w := serve(h, request("POST", "/", "k", 150_000))
-	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
-	assert.Empty(t, w.Header().Values("Retry-After"))
-	assert.Equal(t, "application/json", w.Header().Get("Content-Type"))
-	assert.Equal(t, `{"error":{"message":"Request too large for \"tokens\" on tokens per day (TPD): Limit 100000, Requested 150000. `+
-		`The input or output tokens must be reduced in order to run successfully.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
-
-	// 99,990 then 20: 10 missing × 0.864s = 8.64s → 9s.
-	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 99_990)).Code)
-	w = serve(h, request("POST", "/", "k", 20))
-	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, "9", w.Header().Get("Retry-After"))
-	assert.Equal(t, `{"error":{"message":"Rate limit reached for \"tokens\" on tokens per day (TPD): Limit 100000, Used 99990, Requested 20. `+
-		`Please try again in 9s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
-
-	w = serve(h, request("POST", "/", "", 1))
-	require.Equal(t, http.StatusUnauthorized, w.Code)
-	assert.Equal(t, "Bearer", w.Header().Get("WWW-Authenticate"))
-	assert.Equal(t, `{"error":{"message":"ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"",`+
-		`"type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`+"\n", w.Body.String())
-
-	r := request("POST", "/", "k", -1)
-	r.Header.Set(tokensHeader, "x")
-	w = serve(h, r)
-	require.Equal(t, http.StatusBadRequest, w.Code)
-	assert.Equal(t, `{"error":{"message":"bad token estimate","type":"invalid_request_error","param":null,"code":null}}`+"\n", w.Body.String())
-
-	closed, err := ratelimit.New(failingStore{}, aiLimits(), ratelimit.WithOpenAIErrors(), ratelimit.WithFailureMode(ratelimit.FailClosed))
-	require.NoError(t, err)
-	w = serve(closed.Handler(okHandler), request("POST", "/", "k", 1))
-	require.Equal(t, http.StatusServiceUnavailable, w.Code)
-	assert.Equal(t, `{"error":{"message":"The rate limiter cannot decide right now; please try again in 1s.","type":"server_error","param":null,"code":null}}`+"\n",
-		w.Body.String())
-}
-
-func TestProviderHeaders(t *testing.T) {
-	lim, _, _ := newLimiter(t, ratelimit.WithLimits(
-		ratelimit.PerMinute(60).Named("requests"),
-		ratelimit.PerMinute(10_000).Named("tpm").CostFrom(estimateTokens),
-		ratelimit.PerDay(100_000).Named("tpd").CostFrom(estimateTokens),
-		ratelimit.PerMinute(1).Named("shadow-rpm").Shadow(),
-	), ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersOpenAI|ratelimit.HeadersAnthropic))
-	h := lim.Handler(okHandler)
-
-	// 1,000 tokens at epoch (03:04:05Z). Requests: 59 left, full again
-	// in 1s. Tokens: tpm has the fewest left (9,000; 1,000 × 6ms = 6s),
-	// tpd 99,000 (864s). The shadow limit is left out of the aggregated
-	// fields; X-RateLimit-* show the least fraction left (tpm, 90%).
-	w := serve(h, request("POST", "/", "k", 1000))
-	require.Equal(t, http.StatusOK, w.Code)
-	want := map[string]string{
-		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens", "shadow-rpm";q=1;w=60;rampmeter-shadow`,
-		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=6, "tpd";r=99000;t=864, "shadow-rpm";r=0;t=60`,
-
-		"X-RateLimit-Limit": "10000", "X-RateLimit-Remaining": "9000", "X-RateLimit-Reset": "6",
-
-		"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
-		"x-ratelimit-limit-tokens": "10000", "x-ratelimit-remaining-tokens": "9000", "x-ratelimit-reset-tokens": "6s",
-
-		"anthropic-ratelimit-requests-limit": "60", "anthropic-ratelimit-requests-remaining": "59",
-		"anthropic-ratelimit-requests-reset": "2026-01-02T03:04:06Z",
-		"anthropic-ratelimit-tokens-limit":   "10000", "anthropic-ratelimit-tokens-remaining": "9000",
-		"anthropic-ratelimit-tokens-reset": "2026-01-02T03:04:11Z",
-	}
-	for k, v := range want {
-		assert.Equal(t, v, w.Header().Get(k), k)
-		assert.Len(t, w.Header().Values(k), 1, k)
-	}
-
-	// Reset durations as OpenAI writes them, rounded up to milliseconds;
-	// Anthropic's timestamps rounded up to seconds.
-	l := ratelimit.PerMinute(40)
-	for _, tt := range []struct {
-		reset             time.Duration
-		openAI, anthropic string
-	}{
-		{0, "0s", "2026-01-02T03:04:05Z"},
-		{12 * time.Millisecond, "12ms", "2026-01-02T03:04:06Z"},
-		{863_999_999 * time.Nanosecond, "864ms", "2026-01-02T03:04:06Z"},
-		{1500 * time.Millisecond, "1.5s", "2026-01-02T03:04:07Z"},
-		{6 * time.Minute, "6m0s", "2026-01-02T03:10:05Z"},
-		{86_400 * time.Second, "24h0m0s", "2026-01-03T03:04:05Z"},
-	} {
-		h := http.Header{}
-		ratelimit.HeadersOpenAI.WriteHeaders(h, ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
-			{Limit: &l, Allowed: true, Remaining: 3, Reset: tt.reset, At: epoch.UnixMicro()}}})
-		ratelimit.HeadersAnthropic.WriteHeaders(h, ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
-			{Limit: &l, Allowed: true, Remaining: 3, Reset: tt.reset, At: epoch.UnixMicro()}}})
-		assert.Equal(t, tt.openAI, h.Get("x-ratelimit-reset-requests"), tt.reset.String())
-		assert.Equal(t, tt.anthropic, h.Get("anthropic-ratelimit-requests-reset"), tt.reset.String())
-		assert.Empty(t, h.Get("x-ratelimit-limit-tokens"), "no tokens limit, no tokens fields")
-	}
-}
-
-func TestRateNames(t *testing.T) {
-	// The OpenAI-shaped messages name rates as OpenAI does.
-	lim, _, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.Every(5, 10*time.Second).Named("burst")), ratelimit.WithOpenAIErrors())
-	h := lim.Handler(okHandler)
-	for range 5 {
-		require.Equal(t, http.StatusOK, serve(h, request("GET", "/", "k", -1)).Code)
-	}
-	w := serve(h, request("GET", "/", "k", -1))
-	require.Equal(t, http.StatusTooManyRequests, w.Code)
-	assert.Equal(t, `{"error":{"message":"Rate limit reached for \"burst\" on requests per 10 seconds: Limit 5, Used 5, Requested 1. `+
-		`Please try again in 2s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
-	assert.Equal(t, strconv.Itoa(2), w.Header().Get("Retry-After"))
 }

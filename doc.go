@@ -23,6 +23,10 @@
 // limit's [CostFunc] reserves an estimate before the handler runs and the
 // handler reports the real usage with [ReportUsage]; the difference is
 // settled exactly once after the handler returns, however it returns.
+// Package [llm] has what is specific to AI providers: the estimator of
+// OpenAI-style bodies, the usage parsers of OpenAI and Anthropic responses
+// and streams, their rate-limit fields (HeaderWriters for [WithHeaders])
+// and the OpenAI API's error body (an [ErrorFormat]).
 //
 // Observability: [Limiter.Stats] counts outcomes, and [Hooks] report each
 // decided request once with its final [Result] (OnDecision), each store
@@ -39,6 +43,7 @@
 // conformance suite in store/storetest holds every store to it.
 //
 // [hooks]: https://pkg.go.dev/github.com/rampmeter/ratelimit/hooks
+// [llm]: https://pkg.go.dev/github.com/rampmeter/ratelimit/llm
 // [metrics/prometheus]: https://pkg.go.dev/github.com/rampmeter/ratelimit/metrics/prometheus
 // [store/memory]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/memory
 // [store/redisstore]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/redisstore

@@ -14,7 +14,8 @@ import (
 // alike, but not when the Result has no decisions (the store failed and the
 // request was let through). Implementations must be safe for concurrent
 // use. Keep the serialisation behind this interface: the IETF draft is
-// still moving, and a HeaderStyle can be wrapped to add vendor fields.
+// still moving. WithHeaders takes writers of vendor fields (such as
+// llm.OpenAIHeaders) beside the built-in styles.
 type HeaderWriter interface {
 	WriteHeaders(h http.Header, res Result)
 }
@@ -57,46 +58,7 @@ const (
 	// (a delay, not a Unix time).
 	HeadersXRateLimit HeaderStyle = 1 << 1
 
-	// HeadersOpenAI sends the fields of the OpenAI API
-	// (platform.openai.com/docs/guides/rate-limits), for clients and SDKs
-	// written against it:
-	//
-	//	x-ratelimit-limit-requests: 60
-	//	x-ratelimit-remaining-requests: 59
-	//	x-ratelimit-reset-requests: 1s
-	//	x-ratelimit-limit-tokens: 100000
-	//	x-ratelimit-remaining-tokens: 99000
-	//	x-ratelimit-reset-tokens: 14m24s
-	//
-	// The "requests" fields describe the most restrictive enforced limit
-	// whose Unit is Requests, the "tokens" fields the most restrictive
-	// whose Unit is Tokens (CostFrom sets it): the one with the fewest
-	// units remaining, the first on ties. A unit without such a limit gets
-	// no fields; limits of other units and shadow limits are not reported
-	// here. limit is the limit's Burst (the most that can be spent at
-	// once), remaining its Decision.Remaining, and reset the time until it
-	// is full again (Decision.Reset) as a Go duration string rounded up to
-	// whole milliseconds, as OpenAI sends it: "1s", "6m0s", "1.5s",
-	// "12ms", "0s".
-	HeadersOpenAI HeaderStyle = 1 << 2
-
-	// HeadersAnthropic sends the fields of the Anthropic API
-	// (docs.anthropic.com/en/api/rate-limits), chosen as for HeadersOpenAI:
-	//
-	//	anthropic-ratelimit-requests-limit: 60
-	//	anthropic-ratelimit-requests-remaining: 59
-	//	anthropic-ratelimit-requests-reset: 2026-01-02T03:04:06Z
-	//	anthropic-ratelimit-tokens-limit: 100000
-	//	anthropic-ratelimit-tokens-remaining: 99000
-	//	anthropic-ratelimit-tokens-reset: 2026-01-02T03:18:29Z
-	//
-	// reset is the RFC 3339 time (UTC, whole seconds, rounded up) at which
-	// the limit is full again, by the store's clock (Decision.At plus
-	// Decision.Reset). Remaining counts are exact (Anthropic rounds its
-	// token counts to thousands).
-	HeadersAnthropic HeaderStyle = 1 << 3
-
-	headersAll = HeadersIETF | HeadersXRateLimit | HeadersOpenAI | HeadersAnthropic
+	headersAll = HeadersIETF | HeadersXRateLimit
 )
 
 // WriteHeaders writes the fields of the styles in s. It writes nothing for
@@ -116,7 +78,6 @@ func (s HeaderStyle) WriteHeaders(h http.Header, res Result) {
 	if s&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
 	}
-	writeProviders(h, s, res)
 }
 
 // String returns the styles' names joined by "|", e.g. "IETF|XRateLimit".
@@ -137,28 +98,23 @@ func (s HeaderStyle) String() string {
 	if s&HeadersXRateLimit != 0 {
 		add("XRateLimit")
 	}
-	if s&HeadersOpenAI != 0 {
-		add("OpenAI")
-	}
-	if s&HeadersAnthropic != 0 {
-		add("Anthropic")
-	}
 	if rest := s &^ headersAll; rest != 0 {
 		add(fmt.Sprintf("HeaderStyle(%#x)", uint(rest)))
 	}
 	return out
 }
 
-// styleWriter is the HeaderWriter New builds for a HeaderStyle: the same
-// output, with RateLimit-Policy (which depends only on the limits) computed
-// once.
+// styleWriter is the HeaderWriter New builds from WithHeaders: the fields
+// of a HeaderStyle, with RateLimit-Policy (which depends only on the
+// limits) computed once, then those of the other writers.
 type styleWriter struct {
 	style  HeaderStyle
 	policy string
+	others []HeaderWriter
 }
 
-func newStyleWriter(style HeaderStyle, limits []Limit) *styleWriter {
-	w := &styleWriter{style: style}
+func newStyleWriter(style HeaderStyle, others []HeaderWriter, limits []Limit) *styleWriter {
+	w := &styleWriter{style: style, others: others}
 	if style&HeadersIETF != 0 {
 		ptrs := make([]*Limit, len(limits))
 		for i := range limits {
@@ -173,6 +129,9 @@ func (w *styleWriter) WriteHeaders(h http.Header, res Result) {
 	if w.policy == "" {
 		// No static limits (WithLimitsFunc only): a Result from elsewhere.
 		w.style.WriteHeaders(h, res)
+		for _, o := range w.others {
+			o.WriteHeaders(h, res)
+		}
 		return
 	}
 	w.write(h, res, w.policy)
@@ -193,7 +152,9 @@ func (w *styleWriter) write(h http.Header, res Result, policy string) {
 	if w.style&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
 	}
-	writeProviders(h, w.style, res)
+	for _, o := range w.others {
+		o.WriteHeaders(h, res)
+	}
 }
 
 // policyField serialises the RateLimit-Policy List (draft -11 §3.1).
@@ -310,74 +271,4 @@ func tighter(a, b *Decision) bool {
 	ah, al := bits.Mul64(uint64(max(0, a.Remaining)), uint64(b.Limit.Burst()))
 	bh, bl := bits.Mul64(uint64(max(0, b.Remaining)), uint64(a.Limit.Burst()))
 	return ah < bh || ah == bh && al < bl
-}
-
-// writeProviders writes the HeadersOpenAI and HeadersAnthropic fields of
-// style, if any.
-func writeProviders(h http.Header, style HeaderStyle, res Result) {
-	if style&(HeadersOpenAI|HeadersAnthropic) == 0 {
-		return
-	}
-	for _, u := range [...]Unit{Requests, Tokens} {
-		d := mostRestrictive(res.Decisions, u)
-		if d == nil {
-			continue
-		}
-		limit := strconv.FormatInt(d.Limit.Burst(), 10)
-		remaining := strconv.FormatInt(max(0, d.Remaining), 10)
-		if style&HeadersOpenAI != 0 {
-			vs := []string{limit, remaining, openAIDuration(d.Reset)}
-			if u == Requests {
-				h["X-Ratelimit-Limit-Requests"], h["X-Ratelimit-Remaining-Requests"], h["X-Ratelimit-Reset-Requests"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
-			} else {
-				h["X-Ratelimit-Limit-Tokens"], h["X-Ratelimit-Remaining-Tokens"], h["X-Ratelimit-Reset-Tokens"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
-			}
-		}
-		if style&HeadersAnthropic != 0 {
-			vs := []string{limit, remaining, anthropicReset(d)}
-			if u == Requests {
-				h["Anthropic-Ratelimit-Requests-Limit"], h["Anthropic-Ratelimit-Requests-Remaining"], h["Anthropic-Ratelimit-Requests-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
-			} else {
-				h["Anthropic-Ratelimit-Tokens-Limit"], h["Anthropic-Ratelimit-Tokens-Remaining"], h["Anthropic-Ratelimit-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
-			}
-		}
-	}
-}
-
-// mostRestrictive returns the enforced decision of unit u with the fewest
-// units remaining (the first on ties), or nil. Within one unit, that is the
-// limit that decides whether the next request fits; in a refusal it is a
-// refusing one, since a refusing limit has fewer units left than the cost
-// and the others at least as many.
-func mostRestrictive(ds []Decision, u Unit) *Decision {
-	var b *Decision
-	for i := range ds {
-		d := &ds[i]
-		if d.Limit == nil || d.Limit.shadow || d.Limit.unit != u {
-			continue
-		}
-		if b == nil || d.Remaining < b.Remaining {
-			b = d
-		}
-	}
-	return b
-}
-
-// openAIDuration formats d as OpenAI's reset fields do: a Go duration
-// string, rounded up to whole milliseconds ("864ms", "1m26.4s", "6m0s").
-func openAIDuration(d time.Duration) string {
-	if d <= 0 {
-		return "0s"
-	}
-	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
-}
-
-// anthropicReset formats the time at which d's limit is full again as
-// RFC 3339 in UTC, rounded up to whole seconds.
-func anthropicReset(d *Decision) string {
-	at := time.UnixMicro(d.At).Add(d.Reset)
-	if r := at.Truncate(time.Second); !r.Equal(at) {
-		at = r.Add(time.Second)
-	}
-	return at.UTC().Format(time.RFC3339)
 }

@@ -48,7 +48,7 @@ func TestStyleWriterMatchesHeaderStyle(t *testing.T) {
 	for _, style := range []HeaderStyle{HeadersNone, HeadersIETF, HeadersXRateLimit, HeadersIETF | HeadersXRateLimit} {
 		want, got := http.Header{}, http.Header{}
 		style.WriteHeaders(want, res)
-		newStyleWriter(style, limits).WriteHeaders(got, res)
+		newStyleWriter(style, nil, limits).WriteHeaders(got, res)
 		assert.Equal(t, want, got, style.String())
 	}
 }

@@ -54,7 +54,7 @@ func TestHeaderStyleString(t *testing.T) {
 	assert.Equal(t, "IETF", ratelimit.HeadersIETF.String())
 	assert.Equal(t, "IETF|XRateLimit", (ratelimit.HeadersIETF | ratelimit.HeadersXRateLimit).String())
 	assert.Equal(t, "XRateLimit|HeaderStyle(0x100)", (ratelimit.HeadersXRateLimit | 1<<8).String())
-	assert.Equal(t, "OpenAI|Anthropic", (ratelimit.HeadersOpenAI | ratelimit.HeadersAnthropic).String())
+	assert.Equal(t, "HeaderStyle(0xc)", ratelimit.HeaderStyle(1<<2|1<<3).String())
 	assert.Equal(t, "FailOpen", ratelimit.FailOpen.String())
 	assert.Equal(t, "FailClosed", ratelimit.FailClosed.String())
 	assert.Equal(t, "FailureMode(9)", ratelimit.FailureMode(9).String())

@@ -315,7 +315,7 @@ type counters struct {
 type config struct {
 	key          KeyFunc
 	limits       []Limit
-	headers      HeaderWriter
+	headers      []HeaderWriter // WithHeaders' writers other than styles
 	style        HeaderStyle
 	failure      FailureMode
 	storeTimeout time.Duration
@@ -331,8 +331,8 @@ type config struct {
 	clampPPM            int64 // WithReserveClamp, parts per million; 0: none
 	chargeOnServerError bool
 	quotaThreshold      time.Duration
-	quotaStatus         int // 0: none
-	openAIErrors        bool
+	quotaStatus         int         // 0: none
+	format              ErrorFormat // WithErrorFormat
 }
 
 // Option configures a Limiter. Options that get invalid arguments make New
@@ -362,25 +362,36 @@ func WithLimits(limits ...Limit) Option {
 	}
 }
 
-// WithHeaders selects the built-in rate-limit fields (default
-// HeadersIETF; HeadersNone for none). It replaces WithHeaderWriter.
-func WithHeaders(style HeaderStyle) Option {
+// WithHeaders sets the rate-limit fields of responses (default
+// HeadersIETF) to those the writers write, in order: built-in styles
+// (HeadersIETF, HeadersXRateLimit, combined with |), HeadersNone for none,
+// and any other HeaderWriter, such as llm.OpenAIHeaders(), beside them:
+//
+//	ratelimit.WithHeaders(ratelimit.HeadersIETF, llm.OpenAIHeaders())
+//
+// At least one writer is required, none may be nil, and a style must be
+// known. A later WithHeaders replaces an earlier one.
+func WithHeaders(writers ...HeaderWriter) Option {
 	return func(c *config) error {
-		if style&^headersAll != 0 {
-			return fmt.Errorf("WithHeaders(%v): unknown header style", style)
+		if len(writers) == 0 {
+			return errors.New("WithHeaders(): no header writers (HeadersNone sends none)")
 		}
-		c.style, c.headers = style, nil
-		return nil
-	}
-}
-
-// WithHeaderWriter replaces the built-in header styles with w.
-func WithHeaderWriter(w HeaderWriter) Option {
-	return func(c *config) error {
-		if w == nil {
-			return errors.New("WithHeaderWriter(nil)")
+		var style HeaderStyle
+		var others []HeaderWriter
+		for i, w := range writers {
+			switch w := w.(type) {
+			case nil:
+				return fmt.Errorf("WithHeaders: writer %d is nil", i)
+			case HeaderStyle:
+				if w&^headersAll != 0 {
+					return fmt.Errorf("WithHeaders(%v): unknown header style", w)
+				}
+				style |= w
+			default:
+				others = append(others, w)
+			}
 		}
-		c.headers = w
+		c.style, c.headers = style, others
 		return nil
 	}
 }
@@ -431,6 +442,44 @@ func WithKeyErrorHandler(h func(w http.ResponseWriter, r *http.Request, err erro
 			return errors.New("WithKeyErrorHandler(nil)")
 		}
 		c.keyErr = h
+		return nil
+	}
+}
+
+// ErrorFormat is a format for the responses the Limiter writes itself
+// instead of running the handler: refusals, and requests whose key
+// function, cost function or WithLimitsFunc function failed. A nil field
+// keeps the default, RFC 9457 problem details. Package llm has the OpenAI
+// API's format (llm.OpenAIErrors).
+type ErrorFormat struct {
+	// Reject writes refusals (429, 413, another 4xx of
+	// WithQuotaExhaustedStatus and, under FailClosed, 503); default
+	// DefaultRejectHandler.
+	Reject RejectHandler
+	// KeyError writes the response to a request whose key function
+	// failed; default DefaultKeyErrorHandler.
+	KeyError func(w http.ResponseWriter, r *http.Request, err error)
+	// RequestError writes the response to a request whose cost function
+	// or WithLimitsFunc function failed (nothing was charged). limit names
+	// the limit whose cost function failed, or is "" when the
+	// WithLimitsFunc function failed. The default answers with the
+	// error's status and message when it chose a status (an error with a
+	// StatusCode() int method, such as *StatusError), else with 400 and a
+	// generic message for a cost function and 500 for WithLimitsFunc,
+	// whose failure is a server-side fault.
+	RequestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
+}
+
+// WithErrorFormat writes refusals and errors in format f instead of RFC
+// 9457 problem details, for example llm.OpenAIErrors() for clients written
+// against the OpenAI API. WithRejectHandler takes precedence over f.Reject,
+// and WithKeyErrorHandler and WithSkipOnKeyError over f.KeyError, whatever
+// the order of the options. Statuses, Retry-After and the rate-limit
+// fields do not depend on the format. A later WithErrorFormat replaces an
+// earlier one.
+func WithErrorFormat(f ErrorFormat) Option {
+	return func(c *config) error {
+		c.format = f
 		return nil
 	}
 }
@@ -493,7 +542,7 @@ type Limiter struct {
 	store   Store
 	limits  []Limit // Decisions point into this slice
 	key     KeyFunc
-	headers HeaderWriter
+	headers *styleWriter
 	failure FailureMode
 	timeout time.Duration
 	reject  RejectHandler
@@ -508,7 +557,9 @@ type Limiter struct {
 	chargeOnServerError bool
 	quotaThreshold      time.Duration
 	quotaStatus         int
-	openAIErrors        bool
+	// requestError is ErrorFormat.RequestError (WithErrorFormat), or nil
+	// for the problem details of writeCostError and limitsError.
+	requestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
 	// sleep waits d or until ctx ends (a variable so tests need not
 	// sleep).
 	sleep func(ctx context.Context, d time.Duration) error
@@ -564,7 +615,6 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		store:   store,
 		limits:  c.limits,
 		key:     c.key,
-		headers: c.headers,
 		failure: c.failure,
 		timeout: c.storeTimeout,
 		reject:  c.reject,
@@ -580,25 +630,23 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		chargeOnServerError: c.chargeOnServerError,
 		quotaThreshold:      c.quotaThreshold,
 		quotaStatus:         c.quotaStatus,
-		openAIErrors:        c.openAIErrors,
+		requestError:        c.format.RequestError,
 
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
 	}
-	if l.headers == nil {
-		l.headers = newStyleWriter(c.style, l.limits)
-	}
+	l.headers = newStyleWriter(c.style, c.headers, l.limits)
 	switch {
 	case l.reject != nil:
-	case c.openAIErrors:
-		l.reject = OpenAIRejectHandler
+	case c.format.Reject != nil:
+		l.reject = c.format.Reject
 	default:
 		l.reject = DefaultRejectHandler
 	}
 	switch {
 	case l.keyErr != nil:
-	case c.openAIErrors:
-		l.keyErr = OpenAIKeyErrorHandler
+	case c.format.KeyError != nil:
+		l.keyErr = c.format.KeyError
 	default:
 		l.keyErr = DefaultKeyErrorHandler
 	}
@@ -660,7 +708,8 @@ func (l *Limiter) index(name string) int {
 //     by default 429 with Retry-After (or the WithQuotaExhaustedStatus
 //     status for a long quota), or 413 without it when a cost exceeds a
 //     limit's burst (waiting cannot help), with an RFC 9457 problem body
-//     (see DefaultRejectHandler; WithOpenAIErrors for OpenAI's shape).
+//     (see DefaultRejectHandler; WithErrorFormat for another shape, such
+//     as llm.OpenAIErrors).
 //   - The key function fails: DefaultKeyErrorHandler (a 4xx problem), or
 //     next runs unlimited under WithSkipOnKeyError.
 //   - A cost function fails: a problem with the status its error names
@@ -705,7 +754,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 		if err != nil {
 			l.stats.planErrors.Add(1)
-			l.limitsError(w, err)
+			l.limitsError(w, r, err)
 			return
 		}
 	}
@@ -720,7 +769,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			}
 			if err != nil {
 				l.stats.costErrors.Add(1)
-				l.costError(w, lim, err)
+				l.costError(w, r, lim, err)
 				return
 			}
 			cost = l.reserve(lim, cost)
@@ -752,11 +801,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	l.record(ctx, res)
 
-	if sw, ok := l.headers.(*styleWriter); ok {
-		sw.write(w.Header(), res, set.policy)
-	} else {
-		l.headers.WriteHeaders(w.Header(), res)
-	}
+	l.headers.write(w.Header(), res, set.policy)
 	if !res.Allowed {
 		status := http.StatusTooManyRequests // a WithMaxWait refusal
 		if !overWait {

@@ -400,13 +400,26 @@ func TestHeaderStyles(t *testing.T) {
 
 	t.Run("custom writer", func(t *testing.T) {
 		lim, _, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.PerMinute(5)),
-			ratelimit.WithHeaderWriter(headerFunc(func(h http.Header, res ratelimit.Result) {
+			ratelimit.WithHeaders(headerFunc(func(h http.Header, res ratelimit.Result) {
 				ratelimit.HeadersIETF.WriteHeaders(h, res)
 				h.Set("X-Binding", res.Binding().Limit.Name())
 			})))
 		w := serve(lim.Handler(okHandler), request("GET", "/", "k", -1))
 		assert.Equal(t, `"requests";r=4;t=12`, w.Header().Get("RateLimit"))
 		assert.Equal(t, "requests", w.Header().Get("X-Binding"))
+	})
+
+	t.Run("styles beside other writers", func(t *testing.T) {
+		// The styles' fields, then each writer's, in order: the second
+		// writer sees (and here overwrites) the first one's field.
+		binding := headerFunc(func(h http.Header, res ratelimit.Result) { h.Set("X-Binding", res.Binding().Limit.Name()) })
+		later := headerFunc(func(h http.Header, _ ratelimit.Result) { h.Set("X-Binding", h.Get("X-Binding")+"+later") })
+		lim, _, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.PerMinute(5)),
+			ratelimit.WithHeaders(ratelimit.HeadersIETF, binding, ratelimit.HeadersXRateLimit, later))
+		w := serve(lim.Handler(okHandler), request("GET", "/", "k", -1))
+		assert.Equal(t, `"requests";r=4;t=12`, w.Header().Get("RateLimit"))
+		assert.Equal(t, "4", w.Header().Get("X-RateLimit-Remaining"))
+		assert.Equal(t, "requests+later", w.Header().Get("X-Binding"))
 	})
 }
 
@@ -536,8 +549,10 @@ func TestNewValidation(t *testing.T) {
 		{"nil key", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithKey(nil)}, nil},
 		{"zero timeout", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithStoreTimeout(0)}, nil},
 		{"negative timeout", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithStoreTimeout(-time.Second)}, nil},
-		{"unknown style", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders(1 << 8)}, nil},
-		{"nil header writer", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaderWriter(nil)}, nil},
+		{"unknown style", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders(ratelimit.HeaderStyle(1 << 8))}, nil},
+		{"a style bit no longer built in (OpenAI, now llm.OpenAIHeaders)", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders(ratelimit.HeaderStyle(1 << 2))}, nil},
+		{"nil header writer", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders(ratelimit.HeadersIETF, nil)}, nil},
+		{"no header writers", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithHeaders()}, nil},
 		{"unknown failure mode", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithFailureMode(7)}, nil},
 		{"nil reject handler", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithRejectHandler(nil)}, nil},
 		{"nil key error handler", newStore(t, time.Now), []ratelimit.Option{valid, ratelimit.WithKeyErrorHandler(nil)}, nil},

@@ -79,7 +79,7 @@ func (s *PolicySet) index(name string) int {
 //
 // An error that implements interface{ StatusCode() int } (such as the
 // *StatusError of Plans.Lookup, 403 Forbidden for an unknown plan, or of
-// ReadOpenAIBody for a malformed body) is answered with that status and
+// llm.ReadOpenAIBody for a malformed body) is answered with that status and
 // its message; any other error with 500 Internal Server Error and a generic
 // message, since it is a server-side fault. Nothing is charged either way.
 // Returning a nil set without an error is answered with 500.

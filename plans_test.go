@@ -173,18 +173,22 @@ func TestLimitsFuncErrors(t *testing.T) {
 	set, err := ratelimit.NewPolicySet(ratelimit.PerMinute(1))
 	require.NoError(t, err)
 	lim, _, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.PerMinute(5)),
-		ratelimit.WithLimitsFunc(func(*http.Request, string) (*ratelimit.PolicySet, error) { return set, nil }),
-		ratelimit.WithOpenAIErrors())
+		ratelimit.WithLimitsFunc(func(*http.Request, string) (*ratelimit.PolicySet, error) { return set, nil }))
 	res, err := lim.Take(t.Context(), "k")
 	require.NoError(t, err)
 	assert.Equal(t, int64(4), res.Decisions[0].Remaining)
 	h := lim.Handler(okHandler)
 	assert.Equal(t, http.StatusOK, serve(h, request("GET", "/", "j", -1)).Code)
 	assert.Equal(t, http.StatusTooManyRequests, serve(h, request("GET", "/", "j", -1)).Code)
+}
 
-	// WithOpenAIErrors shapes LimitsFunc errors too.
-	plans := testPlans(t)
-	lim, _, _ = newLimiter(t, ratelimit.WithLimitsFunc(planOf(plans)), ratelimit.WithOpenAIErrors())
-	w := serve(lim.Handler(okHandler), request("GET", "/", "sk-gold-x", -1))
-	assert.Equal(t, `{"error":{"message":"ratelimit: unknown plan: \"gold\"","type":"invalid_request_error","param":null,"code":null}}`+"\n", w.Body.String())
+// BenchmarkPlansLookup is a LimitsFunc's work per request.
+func BenchmarkPlansLookup(b *testing.B) {
+	plans := testPlans(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := plans.Lookup("pro", "big"); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

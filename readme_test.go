@@ -10,12 +10,13 @@ import (
 )
 
 // TestREADMEExample keeps the README's "AI APIs" program identical to
-// Example_aiAPI, which go test compiles, runs and checks, so the README's
-// code is known to compile and to print what the README says.
+// package llm's Example (llm/example_test.go), which go test compiles,
+// runs and checks, so the README's code is known to compile and to print
+// what the README says.
 func TestREADMEExample(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	require.NoError(t, err)
-	ex, err := os.ReadFile("ai_example_test.go")
+	ex, err := os.ReadFile("llm/example_test.go")
 	require.NoError(t, err)
 
 	section := string(readme)
@@ -28,9 +29,9 @@ func TestREADMEExample(t *testing.T) {
 	body = body[:strings.Index(body, "\n}\n")+1]
 
 	src := string(ex)
-	start = strings.Index(src, "func Example_aiAPI() {\n")
+	start = strings.Index(src, "func Example() {\n")
 	require.GreaterOrEqual(t, start, 0)
-	want := src[start+len("func Example_aiAPI() {\n"):]
+	want := src[start+len("func Example() {\n"):]
 	want = strings.TrimRight(want[:strings.Index(want, "\t// Output:")], "\n") + "\n"
 	assert.Equal(t, want, body)
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 	"github.com/rampmeter/ratelimit/store/memory"
 	"github.com/rampmeter/ratelimit/store/redisstore"
 )
@@ -162,7 +163,7 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			if n, ok := ratelimit.ParseOpenAIUsage([]byte(strings.TrimPrefix(sc.Text(), "data: "))); ok {
+			if n, ok := llm.ParseOpenAIUsage([]byte(strings.TrimPrefix(sc.Text(), "data: "))); ok {
 				o.tokens = n
 			}
 		}

@@ -3,7 +3,7 @@
 // gets -rpm requests per minute and -tpd AI tokens per day, sk-pro-…
 // gets -pro-rpm and -pro-tpd, any other key is refused (403) — decided
 // atomically in one shared store by every instance. Token estimates come
-// from the request body (ratelimit.EstimateOpenAITokens), are reserved
+// from the request body (llm.EstimateOpenAITokens), are reserved
 // before the model runs (at most half the daily quota per request) and
 // settled to the real usage after it; failed model calls are refunded; a
 // spent daily quota is a 403, a spent per-minute rate a 429; headers and
@@ -41,6 +41,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 	rmprom "github.com/rampmeter/ratelimit/metrics/prometheus"
 	"github.com/rampmeter/ratelimit/store/redisstore"
 )
@@ -141,8 +142,8 @@ func newLimiter(store ratelimit.Store, plans *ratelimit.Plans, o options) (*rate
 		}),
 		ratelimit.WithReserveClamp(0.5),
 		ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden),
-		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersOpenAI),
-		ratelimit.WithOpenAIErrors(),
+		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit, llm.OpenAIHeaders()),
+		ratelimit.WithErrorFormat(llm.OpenAIErrors()),
 		ratelimit.WithFailureMode(ratelimit.FailOpen),
 		ratelimit.WithStoreTimeout(o.storeTimeout),
 		ratelimit.WithHooks(o.hooks),

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 )
 
 // The fake model is deterministic so the demo can check every figure:
@@ -17,7 +18,7 @@ import (
 //	prompt tokens     = Σ ceil(bytes of each message's content / 4)
 //	completion tokens = min(max_tokens, 50), max_tokens defaulting to 256
 //
-// The limiter's estimate before the call (ratelimit.EstimateOpenAITokens)
+// The limiter's estimate before the call (llm.EstimateOpenAITokens)
 // is prompt tokens + max_tokens, reserved (at most half the daily quota,
 // WithReserveClamp) and settled to the real usage, prompt + completion,
 // after it. The model named failModel always fails with 502, as an
@@ -49,14 +50,14 @@ type usage struct {
 
 // estimateTokens is the tokens limit's cost function: it reads the body
 // once (at most 1 MiB: 413 beyond), parses it once, and puts it back.
-var estimateTokens = ratelimit.EstimateOpenAITokens(
-	ratelimit.WithDefaultOutputTokens(defaultMaxTokens),
-	ratelimit.WithMaxBodyBytes(maxBodyBytes),
+var estimateTokens = llm.EstimateOpenAITokens(
+	llm.WithDefaultOutputTokens(defaultMaxTokens),
+	llm.WithMaxBodyBytes(maxBodyBytes),
 )
 
 // usageOf is what the fake model spends on body, and whether it stopped
 // at the output cap.
-func usageOf(body *ratelimit.OpenAIBody) (usage, bool) {
+func usageOf(body *llm.OpenAIBody) (usage, bool) {
 	var u usage
 	for _, t := range body.Texts {
 		u.PromptTokens += (int64(len(t)) + 3) / 4
@@ -73,7 +74,7 @@ func usageOf(body *ratelimit.OpenAIBody) (usage, bool) {
 // completions serves POST /v1/chat/completions with the fake model.
 func completions(w http.ResponseWriter, r *http.Request) {
 	// The estimator parsed the body already: this reads neither again.
-	body, err := ratelimit.ReadOpenAIBody(r, maxBodyBytes)
+	body, err := llm.ReadOpenAIBody(r, maxBodyBytes)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -99,7 +100,7 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	}
 	// A proxy forwards the body upstream with include_usage set, so that
 	// a stream ends with a usage chunk; the fake model honours it.
-	upstream, err := ratelimit.IncludeStreamUsage(body.Raw)
+	upstream, err := llm.IncludeStreamUsage(body.Raw)
 	if err != nil {
 		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: err})
 		return

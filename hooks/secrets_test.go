@@ -18,6 +18,7 @@ import (
 
 	"github.com/rampmeter/ratelimit"
 	"github.com/rampmeter/ratelimit/hooks"
+	"github.com/rampmeter/ratelimit/llm"
 	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
@@ -46,7 +47,7 @@ func TestAPIKeysNeverInClear(t *testing.T) {
 			ratelimit.PerMinute(2).Named("requests"),
 			ratelimit.PerDay(1000).Named("tokens").CostFrom(func(*http.Request) (int64, error) { return 10, nil }),
 		),
-		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersOpenAI|ratelimit.HeadersAnthropic),
+		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit, llm.OpenAIHeaders(), llm.AnthropicHeaders()),
 		ratelimit.WithHooks(hooks.Slog(textLogger(&logs, slog.LevelDebug))),
 		// Far above any miniredis round trip, even the first (dial and
 		// script load) under the race detector on a loaded machine, which

@@ -1,4 +1,4 @@
-package ratelimit_test
+package llm_test
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
+	"github.com/rampmeter/ratelimit/store/memory"
 )
 
 const benchChatBody = `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},` +
@@ -19,7 +21,7 @@ const benchChatBody = `{"model":"gpt-4o-mini","messages":[{"role":"system","cont
 // BenchmarkEstimateOpenAITokens reads, parses and estimates a typical chat
 // request (281 bytes) per op.
 func BenchmarkEstimateOpenAITokens(b *testing.B) {
-	est := ratelimit.EstimateOpenAITokens()
+	est := llm.EstimateOpenAITokens()
 	r := httptest.NewRequest("POST", "/v1/chat/completions", nil)
 	rd := bytes.NewReader(nil)
 	b.ReportAllocs()
@@ -33,17 +35,6 @@ func BenchmarkEstimateOpenAITokens(b *testing.B) {
 	}
 }
 
-// BenchmarkPlansLookup is a LimitsFunc's work per request.
-func BenchmarkPlansLookup(b *testing.B) {
-	plans := testPlans(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := plans.Lookup("pro", "big"); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkMiddlewareAI runs the AI configuration end to end in process
 // (memory store, real clock) over 10,000 API keys on two plans: a
 // LimitsFunc, the OpenAI estimator reading each body, the reservation
@@ -51,7 +42,7 @@ func BenchmarkPlansLookup(b *testing.B) {
 // reported usage (one Adjust per request).
 func BenchmarkMiddlewareAI(b *testing.B) {
 	const keys = 10_000
-	est := ratelimit.EstimateOpenAITokens()
+	est := llm.EstimateOpenAITokens()
 	plans, err := ratelimit.NewPlans(map[string][]ratelimit.Limit{
 		"free": {ratelimit.PerDay(1_000_000_000).Named("requests"), ratelimit.PerDay(1_000_000_000_000).Named("tokens").CostFrom(est)},
 		"pro":  {ratelimit.PerDay(2_000_000_000).Named("requests"), ratelimit.PerDay(2_000_000_000_000).Named("tokens").CostFrom(est)},
@@ -59,7 +50,12 @@ func BenchmarkMiddlewareAI(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lim := benchLimiter(b,
+	store, err := memory.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	lim, err := ratelimit.New(store,
 		ratelimit.WithLimitsFunc(func(_ *http.Request, key string) (*ratelimit.PolicySet, error) {
 			if strings.HasPrefix(key, "sk-pro-") {
 				return plans.Lookup("pro", "")
@@ -67,7 +63,10 @@ func BenchmarkMiddlewareAI(b *testing.B) {
 			return plans.Lookup("free", "")
 		}),
 		ratelimit.WithReserveClamp(0.5),
-		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersOpenAI))
+		ratelimit.WithHeaders(ratelimit.HeadersIETF, llm.OpenAIHeaders()))
+	if err != nil {
+		b.Fatal(err)
+	}
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_ = ratelimit.ReportUsage(r.Context(), "tokens", 100)
 		w.WriteHeader(http.StatusOK)
@@ -102,3 +101,13 @@ func BenchmarkMiddlewareAI(b *testing.B) {
 		}
 	})
 }
+
+// discardWriter is a ResponseWriter that keeps only the header and status.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }

@@ -1,4 +1,4 @@
-package ratelimit
+package llm
 
 import (
 	"bytes"
@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"reflect"
+
+	"github.com/rampmeter/ratelimit"
 )
 
 // ErrInvalidBody is wrapped by the errors of ReadOpenAIBody (and so of
@@ -80,12 +81,12 @@ func WithMaxBodyBytes(n int64) EstimateOption {
 	}
 }
 
-// EstimateOpenAITokens returns a CostFunc that estimates the AI tokens of
-// an OpenAI-style JSON request (Chat Completions, Completions, Responses,
-// Embeddings; Anthropic Messages bodies have the same fields) before the
-// model runs, for a Tokens limit:
+// EstimateOpenAITokens returns a [ratelimit.CostFunc] that estimates the AI
+// tokens of an OpenAI-style JSON request (Chat Completions, Completions,
+// Responses, Embeddings; Anthropic Messages bodies have the same fields)
+// before the model runs, for a Tokens limit:
 //
-//	ratelimit.PerDay(100_000).Named("tokens").CostFrom(ratelimit.EstimateOpenAITokens())
+//	ratelimit.PerDay(100_000).Named("tokens").CostFrom(llm.EstimateOpenAITokens())
 //
 // The estimate is prompt + output × n:
 //
@@ -107,11 +108,11 @@ func WithMaxBodyBytes(n int64) EstimateOption {
 // again from ReadOpenAIBody. Errors, with nothing charged: a body larger
 // than the maximum is answered with 413 Content Too Large, a body that is
 // not a JSON object of the expected shape with 400 Bad Request and a
-// message saying what is wrong (both as *StatusError, wrapping
+// message saying what is wrong (both as *[ratelimit.StatusError], wrapping
 // ErrInvalidBody for 400). An invalid option makes every request fail with
-// 500 and a *StatusError wrapping ErrInvalidConfig (a cost function cannot
-// report configuration errors earlier).
-func EstimateOpenAITokens(opts ...EstimateOption) CostFunc {
+// 500 and a *ratelimit.StatusError wrapping [ratelimit.ErrInvalidConfig] (a
+// cost function cannot report configuration errors earlier).
+func EstimateOpenAITokens(opts ...EstimateOption) ratelimit.CostFunc {
 	c := estimateConfig{tokenize: approxTokens, defaultOutput: DefaultOutputTokens, maxBody: DefaultMaxBodyBytes}
 	for i, o := range opts {
 		var err error
@@ -121,8 +122,8 @@ func EstimateOpenAITokens(opts ...EstimateOption) CostFunc {
 			err = o(&c)
 		}
 		if err != nil {
-			e := &StatusError{Code: http.StatusInternalServerError,
-				Err: fmt.Errorf("%w: EstimateOpenAITokens: %w", ErrInvalidConfig, err)}
+			e := &ratelimit.StatusError{Code: http.StatusInternalServerError,
+				Err: fmt.Errorf("%w: EstimateOpenAITokens: %w", ratelimit.ErrInvalidConfig, err)}
 			return func(*http.Request) (int64, error) { return 0, e }
 		}
 	}
@@ -210,9 +211,9 @@ func (*cachedBody) Close() error { return nil }
 // their maxBytes is still refused). The body must not be read by anyone
 // else before the first call.
 //
-// Errors are *StatusError values fit for clients: 413 Content Too Large
-// for a body over maxBytes (r.ContentLength is checked first, so an
-// announced oversized body is not read at all), 400 Bad Request wrapping
+// Errors are *[ratelimit.StatusError] values fit for clients: 413 Content
+// Too Large for a body over maxBytes (r.ContentLength is checked first, so
+// an announced oversized body is not read at all), 400 Bad Request wrapping
 // ErrInvalidBody for an empty body, malformed JSON, a body that is not an
 // object, or a field of the wrong type or a negative output cap or n < 1.
 // maxBytes < 1 means DefaultMaxBodyBytes.
@@ -238,21 +239,21 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 		case errors.As(err, &mbe) || int64(len(raw)) > maxBytes:
 			return nil, bodyTooLarge(maxBytes)
 		case err != nil:
-			return nil, &StatusError{Code: http.StatusBadRequest,
+			return nil, &ratelimit.StatusError{Code: http.StatusBadRequest,
 				Err: fmt.Errorf("%w: reading the body: %w", ErrInvalidBody, err)}
 		}
 	}
 	body, err := parseOpenAIBody(raw)
 	if err != nil {
 		body = nil
-		err = &StatusError{Code: http.StatusBadRequest, Err: err}
+		err = &ratelimit.StatusError{Code: http.StatusBadRequest, Err: err}
 	}
 	r.Body = &cachedBody{Reader: bytes.NewReader(raw), body: body, err: err}
 	return body, err
 }
 
 func bodyTooLarge(maxBytes int64) error {
-	return &StatusError{Code: http.StatusRequestEntityTooLarge,
+	return &ratelimit.StatusError{Code: http.StatusRequestEntityTooLarge,
 		Err: fmt.Errorf("ratelimit: the request body is larger than %d bytes", maxBytes)}
 }
 
@@ -488,161 +489,4 @@ func (b *OpenAIBody) addInput(field string, raw json.RawMessage) error {
 		}
 	}
 	return nil
-}
-
-// IncludeStreamUsage returns body, an OpenAI request body for an upstream
-// API, changed so that a streamed response ends with a usage chunk: when
-// "stream" is true it sets "stream_options": {"include_usage": true}
-// (OpenAI sends usage in streams only when asked). Other members of
-// "stream_options" are kept. The body is edited in place — member order,
-// spacing and every other byte stay as sent — and returned unchanged when
-// "stream" is not true or include_usage is already true. Errors (wrapping
-// ErrInvalidBody): body is not a JSON object, or "stream_options" is
-// neither an object nor null.
-func IncludeStreamUsage(body []byte) ([]byte, error) {
-	members, closeAt, err := scanObject(body)
-	if err != nil {
-		return nil, err
-	}
-	stream, opts := members["stream"], members["stream_options"]
-	if string(stream.value(body)) != "true" {
-		return body, nil
-	}
-	if !opts.found() {
-		return insertMember(body, closeAt, len(members) > 0, `"stream_options":{"include_usage":true}`), nil
-	}
-	v := opts.value(body)
-	switch firstByte(v) {
-	case 'n':
-		return splice(body, opts.start, opts.end, `{"include_usage":true}`), nil
-	case '{':
-	default:
-		return nil, fmt.Errorf("%w: \"stream_options\" must be an object", ErrInvalidBody)
-	}
-	inner, innerClose, err := scanObject(v)
-	if err != nil {
-		return nil, err
-	}
-	if iu := inner["include_usage"]; iu.found() {
-		if string(iu.value(v)) == "true" {
-			return body, nil
-		}
-		return splice(body, opts.start+iu.start, opts.start+iu.end, "true"), nil
-	}
-	newOpts := insertMember(v, innerClose, len(inner) > 0, `"include_usage":true`)
-	return splice(body, opts.start, opts.end, string(newOpts)), nil
-}
-
-// span locates a member's value in a JSON text; the zero span is absent.
-type span struct{ start, end int }
-
-func (s span) found() bool           { return s.end > 0 }
-func (s span) value(b []byte) []byte { return b[s.start:s.end] }
-
-// scanObject returns the value spans of the members of the JSON object
-// obj (the last one of a repeated name, as encoding/json decodes it) and
-// the offset of its closing brace.
-func scanObject(obj []byte) (map[string]span, int, error) {
-	bad := func(why string) (map[string]span, int, error) {
-		return nil, 0, fmt.Errorf("%w: %s", ErrInvalidBody, why)
-	}
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return bad("expected a JSON object")
-	}
-	members := map[string]span{}
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return bad("malformed JSON object")
-		}
-		name, _ := tok.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return bad("malformed JSON object")
-		}
-		end := int(dec.InputOffset())
-		start := end - len(v)
-		if start < 0 || !bytes.Equal(obj[start:end], v) {
-			return bad("unexpected JSON layout")
-		}
-		members[name] = span{start, end}
-	}
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
-		return bad("malformed JSON object")
-	}
-	closeAt := int(dec.InputOffset()) - 1
-	if _, err := dec.Token(); err != io.EOF {
-		return bad("data after the JSON object")
-	}
-	if closeAt < 0 || obj[closeAt] != '}' {
-		return bad("unexpected JSON layout")
-	}
-	return members, closeAt, nil
-}
-
-// insertMember inserts member before the closing brace at closeAt.
-func insertMember(obj []byte, closeAt int, comma bool, member string) []byte {
-	if comma {
-		member = "," + member
-	}
-	return splice(obj, closeAt, closeAt, member)
-}
-
-// splice returns a new slice: b with b[start:end] replaced by s.
-func splice(b []byte, start, end int, s string) []byte {
-	out := make([]byte, 0, len(b)-(end-start)+len(s))
-	out = append(out, b[:start]...)
-	out = append(out, s...)
-	return append(out, b[end:]...)
-}
-
-// ParseOpenAIUsage returns the total tokens of the usage object in data: a
-// response body or one server-sent event's data of the OpenAI APIs. It
-// reads "usage" at the top level (Chat Completions, Completions,
-// Embeddings, and the final chunk of a stream with include_usage) or in
-// "response" (the Responses API's response.completed event), and takes
-// "total_tokens", else "prompt_tokens" + "completion_tokens", else
-// "input_tokens" + "output_tokens". ok is false when data is not JSON or
-// has no usage (most chunks of a stream); "[DONE]" is not JSON.
-func ParseOpenAIUsage(data []byte) (total int64, ok bool) {
-	type usage struct {
-		Total      *int64 `json:"total_tokens"`
-		Prompt     int64  `json:"prompt_tokens"`
-		Completion int64  `json:"completion_tokens"`
-		Input      int64  `json:"input_tokens"`
-		Output     int64  `json:"output_tokens"`
-	}
-	var v struct {
-		Usage    *usage `json:"usage"`
-		Response *struct {
-			Usage *usage `json:"usage"`
-		} `json:"response"`
-	}
-	if json.Unmarshal(data, &v) != nil {
-		return 0, false
-	}
-	u := v.Usage
-	if u == nil && v.Response != nil {
-		u = v.Response.Usage
-	}
-	switch {
-	case u == nil:
-		return 0, false
-	case u.Total != nil:
-		return max(0, *u.Total), true
-	case u.Prompt != 0 || u.Completion != 0:
-		return addCounts(u.Prompt, u.Completion), true
-	default:
-		return addCounts(u.Input, u.Output), true
-	}
-}
-
-// addCounts returns max(0, a+b), saturating at math.MaxInt64 instead of
-// wrapping around to a negative sum (read as 0: no usage at all).
-func addCounts(a, b int64) int64 {
-	if a > 0 && b > math.MaxInt64-a {
-		return math.MaxInt64
-	}
-	return max(0, a+b)
 }

@@ -1,4 +1,4 @@
-package ratelimit_test
+package llm_test
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 )
 
 func bodyRequest(body string) *http.Request {
@@ -21,11 +22,11 @@ func bodyRequest(body string) *http.Request {
 }
 
 func TestEstimateOpenAITokens(t *testing.T) {
-	words := ratelimit.WithTokenizer(func(s string) int64 { return int64(len(strings.Fields(s))) })
+	words := llm.WithTokenizer(func(s string) int64 { return int64(len(strings.Fields(s))) })
 	tests := []struct {
 		name string
 		body string
-		opts []ratelimit.EstimateOption
+		opts []llm.EstimateOption
 		want int64
 	}{
 		// "Hello, world!" is 13 bytes: ceil(13/4) = 4, plus max_tokens.
@@ -37,11 +38,11 @@ func TestEstimateOpenAITokens(t *testing.T) {
 		// Responses input items and instructions: "abc" 1, "abcde" 2, no
 		// cap: DefaultOutputTokens.
 		{"responses items, default output", `{"instructions":"abc","input":[{"role":"user","content":[{"type":"input_text","text":"abcde"}]}]}`,
-			nil, 1 + 2 + ratelimit.DefaultOutputTokens},
-		{"default output option", `{"messages":[{"content":"abcd"}]}`, []ratelimit.EstimateOption{ratelimit.WithDefaultOutputTokens(16)}, 1 + 16},
+			nil, 1 + 2 + llm.DefaultOutputTokens},
+		{"default output option", `{"messages":[{"content":"abcd"}]}`, []llm.EstimateOption{llm.WithDefaultOutputTokens(16)}, 1 + 16},
 		{"prompt strings", `{"prompt":["ab","cdefg"],"max_tokens":1}`, nil, 1 + 2 + 1},
 		{"prompt token ids", `{"prompt":[1,2,3],"max_tokens":0}`, nil, 3},
-		{"embedding token id batches", `{"input":[[1,2],[3,4,5]]}`, []ratelimit.EstimateOption{ratelimit.WithDefaultOutputTokens(0)}, 5},
+		{"embedding token id batches", `{"input":[[1,2],[3,4,5]]}`, []llm.EstimateOption{llm.WithDefaultOutputTokens(0)}, 5},
 		// n choices multiply the output cap: 1 + 3×10.
 		{"n choices", `{"messages":[{"content":"abcd"}],"max_tokens":10,"n":3}`, nil, 1 + 30},
 		// Anthropic: system blocks (8 bytes: 2) and a string message (1).
@@ -53,12 +54,12 @@ func TestEstimateOpenAITokens(t *testing.T) {
 		// The tools' schemas are prompt: `[{"a":1}]` is 9 bytes: 3.
 		{"tools", `{"messages":[],"tools":[{"a":1}],"max_tokens":0}`, nil, 3},
 		{"null content", `{"messages":[{"role":"assistant","content":null}],"max_tokens":1}`, nil, 1},
-		{"tokenizer", `{"messages":[{"content":"one two three"}],"max_tokens":2}`, []ratelimit.EstimateOption{words}, 3 + 2},
+		{"tokenizer", `{"messages":[{"content":"one two three"}],"max_tokens":2}`, []llm.EstimateOption{words}, 3 + 2},
 		{"huge cap saturates", `{"max_tokens":9000000000000000000,"n":9}`, nil, 1 << 53},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ratelimit.EstimateOpenAITokens(tt.opts...)(bodyRequest(tt.body))
+			got, err := llm.EstimateOpenAITokens(tt.opts...)(bodyRequest(tt.body))
 			require.NoError(t, err)
 			assert.Equal(t, tt.want, got)
 		})
@@ -74,11 +75,11 @@ func (r failingReader) Read([]byte) (int, error) {
 }
 
 func TestEstimateOpenAITokensErrors(t *testing.T) {
-	small := ratelimit.WithMaxBodyBytes(16)
+	small := llm.WithMaxBodyBytes(16)
 	tests := []struct {
 		name   string
 		body   string
-		opts   []ratelimit.EstimateOption
+		opts   []llm.EstimateOption
 		status int
 		msg    string
 	}{
@@ -92,21 +93,21 @@ func TestEstimateOpenAITokensErrors(t *testing.T) {
 		{"number content", `{"messages":[{"content":5}]}`, nil, 400, `ratelimit: invalid request body: "messages" must be a string, an array of content parts or null`},
 		{"object input", `{"input":{}}`, nil, 400, `ratelimit: invalid request body: "input" must be a string or an array`},
 		{"model not a string", `{"model":7}`, nil, 400, `ratelimit: invalid request body: "model" must be a string, not a JSON number`},
-		{"too large", `{"messages":[{"content":"0123456789"}]}`, []ratelimit.EstimateOption{small}, 413, "ratelimit: the request body is larger than 16 bytes"},
-		{"invalid option", `{}`, []ratelimit.EstimateOption{ratelimit.WithMaxBodyBytes(0)}, 500,
+		{"too large", `{"messages":[{"content":"0123456789"}]}`, []llm.EstimateOption{small}, 413, "ratelimit: the request body is larger than 16 bytes"},
+		{"invalid option", `{}`, []llm.EstimateOption{llm.WithMaxBodyBytes(0)}, 500,
 			"ratelimit: invalid configuration: EstimateOpenAITokens: WithMaxBodyBytes(0): must be ≥ 1"},
-		{"nil tokenizer", `{}`, []ratelimit.EstimateOption{ratelimit.WithTokenizer(nil)}, 500,
+		{"nil tokenizer", `{}`, []llm.EstimateOption{llm.WithTokenizer(nil)}, 500,
 			"ratelimit: invalid configuration: EstimateOpenAITokens: WithTokenizer(nil)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ratelimit.EstimateOpenAITokens(tt.opts...)(bodyRequest(tt.body))
+			_, err := llm.EstimateOpenAITokens(tt.opts...)(bodyRequest(tt.body))
 			var se *ratelimit.StatusError
 			require.ErrorAs(t, err, &se)
 			assert.Equal(t, tt.status, se.StatusCode())
 			assert.Equal(t, tt.msg, err.Error())
 			if tt.status == 400 {
-				assert.ErrorIs(t, err, ratelimit.ErrInvalidBody)
+				assert.ErrorIs(t, err, llm.ErrInvalidBody)
 			}
 		})
 	}
@@ -114,7 +115,7 @@ func TestEstimateOpenAITokensErrors(t *testing.T) {
 	// An announced oversized body is refused without reading it.
 	r := httptest.NewRequest("POST", "/", failingReader{t})
 	r.ContentLength = 17
-	_, err := ratelimit.EstimateOpenAITokens(small)(r)
+	_, err := llm.EstimateOpenAITokens(small)(r)
 	var se *ratelimit.StatusError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, se.StatusCode())
@@ -123,31 +124,31 @@ func TestEstimateOpenAITokensErrors(t *testing.T) {
 	r = bodyRequest(`{"messages":[{"content":"0123456789"}]}`)
 	r.Body = http.MaxBytesReader(nil, r.Body, 8)
 	r.ContentLength = -1
-	_, err = ratelimit.EstimateOpenAITokens()(r)
+	_, err = llm.EstimateOpenAITokens()(r)
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, se.StatusCode())
 }
 
 func TestEstimatorRestoresTheBodyAndSharesTheParse(t *testing.T) {
 	const body = `{"model":"big","messages":[{"role":"user","content":"Hello, world!"}],"max_tokens":100}`
-	var fromLimits *ratelimit.OpenAIBody
-	set, err := ratelimit.NewPolicySet(ratelimit.PerDay(100_000).Named("tokens").CostFrom(ratelimit.EstimateOpenAITokens()))
+	var fromLimits *llm.OpenAIBody
+	set, err := ratelimit.NewPolicySet(ratelimit.PerDay(100_000).Named("tokens").CostFrom(llm.EstimateOpenAITokens()))
 	require.NoError(t, err)
-	lim, store, _ := newLimiter(t, ratelimit.WithLimitsFunc(func(r *http.Request, _ string) (*ratelimit.PolicySet, error) {
+	lim, store := newLimiter(t, ratelimit.WithLimitsFunc(func(r *http.Request, _ string) (*ratelimit.PolicySet, error) {
 		// The LimitsFunc runs first and parses; the estimator and the
 		// handler reuse that parse.
-		b, err := ratelimit.ReadOpenAIBody(r, 0)
+		b, err := llm.ReadOpenAIBody(r, 0)
 		fromLimits = b
 		return set, err
 	}))
 	var seen string
-	var fromHandler *ratelimit.OpenAIBody
+	var fromHandler *llm.OpenAIBody
 	var reserved int64
 	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		require.NoError(t, err)
 		seen = string(b)
-		fromHandler, err = ratelimit.ReadOpenAIBody(r, 0) // after the handler read r.Body: still cached
+		fromHandler, err = llm.ReadOpenAIBody(r, 0) // after the handler read r.Body: still cached
 		require.NoError(t, err)
 		reserved, _ = ratelimit.Reserved(r.Context(), "tokens")
 	}))
@@ -163,9 +164,9 @@ func TestEstimatorRestoresTheBodyAndSharesTheParse(t *testing.T) {
 }
 
 func TestMalformedBodyChargesNothing(t *testing.T) {
-	lim, store, _ := newLimiter(t, ratelimit.WithLimits(
+	lim, store := newLimiter(t, ratelimit.WithLimits(
 		ratelimit.PerMinute(60).Named("requests"),
-		ratelimit.PerDay(100_000).Named("tokens").CostFrom(ratelimit.EstimateOpenAITokens())))
+		ratelimit.PerDay(100_000).Named("tokens").CostFrom(llm.EstimateOpenAITokens())))
 	w := serve(lim.Handler(okHandler), bodyRequest(`{"messages":[{"content":"hi"}],"max_tokens":"lots"}`))
 	require.Equal(t, http.StatusBadRequest, w.Code)
 	assert.Equal(t, `{"type":"about:blank","title":"Bad Request","status":400,`+
@@ -174,64 +175,19 @@ func TestMalformedBodyChargesNothing(t *testing.T) {
 	assert.Equal(t, ratelimit.Stats{CostErrors: 1}, lim.Stats())
 
 	// Too large: 413 from the estimator, nothing charged.
-	lim, store, _ = newLimiter(t, ratelimit.WithLimits(
-		ratelimit.PerDay(100_000).Named("tokens").CostFrom(ratelimit.EstimateOpenAITokens(ratelimit.WithMaxBodyBytes(10)))))
+	lim, store = newLimiter(t, ratelimit.WithLimits(
+		ratelimit.PerDay(100_000).Named("tokens").CostFrom(llm.EstimateOpenAITokens(llm.WithMaxBodyBytes(10)))))
 	w = serve(lim.Handler(okHandler), bodyRequest(`{"messages":[]}`))
 	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
 	assert.Equal(t, 0, store.takes)
 }
 
-func TestIncludeStreamUsage(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{`{"model":"m","stream":true}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
-		{`{"stream":false}`, `{"stream":false}`},
-		{`{}`, `{}`},
-		{`{"stream":true,"stream_options":{"x":1}}`, `{"stream":true,"stream_options":{"x":1,"include_usage":true}}`},
-		{`{"stream":true,"stream_options":{}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
-		{`{"stream":true,"stream_options":{"include_usage":false}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
-		{`{"stream":true,"stream_options":null,"z":"<&>"}`, `{"stream":true,"stream_options":{"include_usage":true},"z":"<&>"}`},
-		{`{"stream":true,"stream_options":{"include_usage":true}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
-		// Member order and spacing are kept; the member goes last.
-		{"{ \"stream\" : true , \"a\" : [1, 2] }\n", "{ \"stream\" : true , \"a\" : [1, 2] ,\"stream_options\":{\"include_usage\":true}}\n"},
-	}
-	for _, tt := range tests {
-		got, err := ratelimit.IncludeStreamUsage([]byte(tt.in))
-		require.NoError(t, err, tt.in)
-		assert.Equal(t, tt.want, string(got), tt.in)
-	}
-	for _, bad := range []string{`[1]`, `{"stream":true,"stream_options":5}`, `{"a":1} x`, `{"a":`, ``} {
-		_, err := ratelimit.IncludeStreamUsage([]byte(bad))
-		assert.ErrorIs(t, err, ratelimit.ErrInvalidBody, bad)
-	}
-}
-
-func TestParseOpenAIUsage(t *testing.T) {
-	tests := []struct {
-		data string
-		want int64
-		ok   bool
-	}{
-		{`{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}`, 42, true},
-		{`{"usage":{"prompt_tokens":12,"completion_tokens":30}}`, 42, true},
-		{`{"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":7,"total_tokens":12}}}`, 12, true},
-		{`{"usage":{"input_tokens":5,"output_tokens":7}}`, 12, true},
-		{`{"choices":[{"delta":{"content":"hi"}}]}`, 0, false},
-		{`{"usage":null}`, 0, false},
-		{`[DONE]`, 0, false},
-	}
-	for _, tt := range tests {
-		got, ok := ratelimit.ParseOpenAIUsage([]byte(tt.data))
-		assert.Equal(t, tt.ok, ok, tt.data)
-		assert.Equal(t, tt.want, got, tt.data)
-	}
-}
-
 func TestReadOpenAIBodyCachedLimit(t *testing.T) {
 	r := bodyRequest(`{"messages":[{"content":"0123456789"}]}`)
-	_, err := ratelimit.ReadOpenAIBody(r, 0)
+	_, err := llm.ReadOpenAIBody(r, 0)
 	require.NoError(t, err)
 	// A later reader with a smaller maximum still refuses the body.
-	_, err = ratelimit.ReadOpenAIBody(r, 10)
+	_, err = llm.ReadOpenAIBody(r, 10)
 	var se *ratelimit.StatusError
 	require.True(t, errors.As(err, &se))
 	assert.Equal(t, http.StatusRequestEntityTooLarge, se.StatusCode())

@@ -1,4 +1,4 @@
-package ratelimit_test
+package llm_test
 
 import (
 	"fmt"
@@ -11,14 +11,15 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 	"github.com/rampmeter/ratelimit/store/memory"
 )
 
-// Example_aiAPI is the README's "AI APIs" example (TestREADMEExample keeps
-// the two identical): plans, token estimates from the request body,
+// Example is the README's "AI APIs" example (TestREADMEExample, in the
+// root package, keeps the two identical): plans, token estimates from the request body,
 // reserve-then-settle, OpenAI-compatible headers and errors, 403 for a
 // spent daily quota.
-func Example_aiAPI() {
+func Example() {
 	store, err := memory.New() // store/redisstore for many instances
 	if err != nil {
 		log.Fatal(err)
@@ -27,7 +28,7 @@ func Example_aiAPI() {
 
 	// Prompt tokens from the body (bytes/4) plus the largest declared
 	// output cap (max_tokens, max_completion_tokens, max_output_tokens).
-	estimate := ratelimit.EstimateOpenAITokens(ratelimit.WithDefaultOutputTokens(256))
+	estimate := llm.EstimateOpenAITokens(llm.WithDefaultOutputTokens(256))
 	plans, err := ratelimit.NewPlans(map[string][]ratelimit.Limit{
 		"free": {ratelimit.PerMinute(60).Named("requests"), ratelimit.PerDay(100_000).Named("tokens").CostFrom(estimate)},
 		"pro":  {ratelimit.PerMinute(600).Named("requests"), ratelimit.PerDay(2_000_000).Named("tokens").CostFrom(estimate)},
@@ -42,12 +43,12 @@ func Example_aiAPI() {
 			if strings.HasPrefix(key, "sk-pro-") {
 				plan = "pro"
 			}
-			return plans.Lookup(plan, "") // or the model: ReadOpenAIBody(r, 0)
+			return plans.Lookup(plan, "") // or the model: llm.ReadOpenAIBody(r, 0)
 		}),
 		ratelimit.WithReserveClamp(0.5), // one huge max_tokens cannot lock a key out
 		ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden),
-		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersOpenAI),
-		ratelimit.WithOpenAIErrors(),
+		ratelimit.WithHeaders(ratelimit.HeadersIETF, llm.OpenAIHeaders()),
+		ratelimit.WithErrorFormat(llm.OpenAIErrors()),
 	)
 	if err != nil {
 		log.Fatal(err)
@@ -56,7 +57,7 @@ func Example_aiAPI() {
 	r := chi.NewRouter()
 	r.Use(lim.Handler)
 	r.Post("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		body, _ := ratelimit.ReadOpenAIBody(r, 0) // parsed once already, by the estimator
+		body, _ := llm.ReadOpenAIBody(r, 0) // parsed once already, by the estimator
 		// A real handler sends body.Raw to the model (through
 		// IncludeStreamUsage when streaming) and reports the usage it
 		// returns. This fake model uses every token it may.

@@ -1,0 +1,231 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// OpenAIErrors returns the [ratelimit.ErrorFormat] of the OpenAI API, for
+// [ratelimit.WithErrorFormat]: refusals and errors are answered with
+// OpenAI's error body, {"error":{"message","type","param","code"}}, as
+// application/json, instead of RFC 9457 problem details, for clients
+// written against OpenAI. Statuses, Retry-After and the rate-limit fields
+// are unchanged.
+//
+// Refusals (Reject), with the Rejection's status:
+//
+//   - 429: type is the binding limit's unit ("requests", "tokens"), code
+//     "rate_limit_exceeded", and the message follows OpenAI's: `Rate limit
+//     reached for "tokens" on tokens per min (TPM): Limit 10000, Used 9500,
+//     Requested 1000. Please try again in 30s.` (Limit is the Burst, Used
+//     what is not Remaining, the wait is Retry-After as a Go duration).
+//   - 413 (the cost exceeds a limit's Burst): type the unit, code
+//     "rate_limit_exceeded", message `Request too large for "tokens" on
+//     tokens per min (TPM): Limit 10000, Requested 15000. The input or
+//     output tokens must be reduced in order to run successfully.` OpenAI
+//     itself sends this with 429, which SDKs retry in vain; 413 is not
+//     retried.
+//   - another 4xx (ratelimit.WithQuotaExhaustedStatus): type and code
+//     "insufficient_quota", message `You exceeded your quota for "tokens"
+//     on tokens per day (TPD): ... Please try again in 5h3m0s.`
+//   - 503 (ratelimit.FailClosed): type "server_error", no code.
+//
+// A failed key function (KeyError) gets type "invalid_request_error" with
+// the status and message ratelimit.DefaultKeyErrorHandler would choose (a
+// 401 also gets "WWW-Authenticate: Bearer" and code "invalid_api_key"); a
+// failed cost or WithLimitsFunc function (RequestError) gets the status
+// the default would choose and type "invalid_request_error" for a 4xx,
+// "server_error" for a 5xx.
+func OpenAIErrors() ratelimit.ErrorFormat {
+	return ratelimit.ErrorFormat{Reject: openAIReject, KeyError: openAIKeyError, RequestError: openAIRequestError}
+}
+
+// openAIError is the OpenAI API's error body.
+type openAIError struct {
+	Error openAIErrorBody `json:"error"`
+}
+
+type openAIErrorBody struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    *string `json:"code"`
+}
+
+// writeOpenAIError answers with status and an OpenAI error body.
+func writeOpenAIError(w http.ResponseWriter, status int, message, typ, code string) {
+	e := openAIError{Error: openAIErrorBody{Message: message, Type: typ}}
+	if code != "" {
+		e.Error.Code = &code
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(&e) // cannot fail: strings only
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// openAIReject is OpenAIErrors' RejectHandler.
+func openAIReject(w http.ResponseWriter, r *http.Request, rej ratelimit.Rejection) {
+	d := rej.Binding()
+	if rej.Status == http.StatusServiceUnavailable || d == nil {
+		writeOpenAIError(w, rej.Status, "The rate limiter cannot decide right now; please try again in "+
+			(time.Duration(retryAfterSeconds(rej.RetryAfter))*time.Second).String()+".", "server_error", "")
+		return
+	}
+	l := d.Limit
+	cost := costAt(rej.Costs, rej.Decisions, d)
+	on := fmt.Sprintf("for %q on %s", l.Name(), rateName(l))
+	if rej.Status == http.StatusRequestEntityTooLarge {
+		what := "The request's cost"
+		if l.Unit() == ratelimit.Tokens {
+			what = "The input or output tokens"
+		}
+		writeOpenAIError(w, rej.Status, fmt.Sprintf("Request too large %s: Limit %d, Requested %d. %s must be reduced in order to run successfully.",
+			on, l.Burst(), cost, what), string(l.Unit()), "rate_limit_exceeded")
+		return
+	}
+	wait := (time.Duration(retryAfterSeconds(rej.RetryAfter)) * time.Second).String()
+	counts := fmt.Sprintf("Limit %d, Used %d, Requested %d. Please try again in %s.", l.Burst(), max(0, l.Burst()-d.Remaining), cost, wait)
+	if rej.Status == http.StatusTooManyRequests {
+		writeOpenAIError(w, rej.Status, "Rate limit reached "+on+": "+counts, string(l.Unit()), "rate_limit_exceeded")
+		return
+	}
+	writeOpenAIError(w, rej.Status, "You exceeded your quota "+on+": "+counts, "insufficient_quota", "insufficient_quota")
+}
+
+// openAIKeyError is OpenAIErrors' KeyError.
+func openAIKeyError(w http.ResponseWriter, r *http.Request, err error) {
+	status, show := statusOf(err, http.StatusBadRequest)
+	msg := "The request carries no usable API key."
+	if show {
+		msg = err.Error()
+	}
+	code := ""
+	if status == http.StatusUnauthorized {
+		code = "invalid_api_key"
+		if w.Header().Get("WWW-Authenticate") == "" {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+		}
+	}
+	writeOpenAIError(w, status, msg, "invalid_request_error", code)
+}
+
+// openAIRequestError is OpenAIErrors' RequestError: limit names the limit
+// whose cost function failed, or is "" when the WithLimitsFunc function
+// failed.
+func openAIRequestError(w http.ResponseWriter, r *http.Request, limit string, err error) {
+	var status int
+	var show bool
+	var msg string
+	if limit != "" {
+		status, show = statusOf(err, http.StatusBadRequest)
+		msg = fmt.Sprintf("The request's cost for the %q limit could not be estimated.", limit)
+	} else {
+		status, show = statusOf(err, http.StatusInternalServerError)
+		msg = "the rate limits of this request could not be determined"
+	}
+	if show {
+		msg = err.Error()
+	}
+	writeOpenAIError(w, status, msg, errorType(status), "")
+}
+
+// errorType is the OpenAI error type of a status.
+func errorType(status int) string {
+	if status >= 500 {
+		return "server_error"
+	}
+	return "invalid_request_error"
+}
+
+// statusOf returns the status an error of a key, cost or limits function
+// is answered with, and whether its message may be shown to the client:
+// the rule of package ratelimit (an error that chose its status, with a
+// StatusCode method, was written for clients; a status outside 400 to 599
+// becomes 500), so that both error formats answer alike.
+func statusOf(err error, fallback int) (int, bool) {
+	var sc interface{ StatusCode() int }
+	if errors.As(err, &sc) {
+		code := sc.StatusCode()
+		if code < 400 || code > 599 {
+			code = http.StatusInternalServerError
+		}
+		return code, true
+	}
+	return fallback, false
+}
+
+// rateName names a limit's rate as OpenAI's messages do: "tokens per min
+// (TPM)", "requests per day (RPD)", "tokens per 10 seconds".
+func rateName(l *ratelimit.Limit) string {
+	var per, abbr string
+	switch l.Period() {
+	case time.Minute:
+		per, abbr = "min", "M"
+	case time.Hour:
+		per, abbr = "hour", "H"
+	case 24 * time.Hour:
+		per, abbr = "day", "D"
+	default:
+		return string(l.Unit()) + " per " + periodPhrase(l.Period())
+	}
+	switch l.Unit() {
+	case ratelimit.Requests:
+		return "requests per " + per + " (RP" + abbr + ")"
+	case ratelimit.Tokens:
+		return "tokens per " + per + " (TP" + abbr + ")"
+	default:
+		return string(l.Unit()) + " per " + per
+	}
+}
+
+// periodPhrase names a period for "per ...": "minute", "10 seconds",
+// "day", "1.5s" (as package ratelimit's problem details do).
+func periodPhrase(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		noun string
+	}{{24 * time.Hour, "day"}, {time.Hour, "hour"}, {time.Minute, "minute"}, {time.Second, "second"}} {
+		if d%u.d == 0 {
+			if d == u.d {
+				return u.noun
+			}
+			n := int64(d / u.d)
+			return strconv.FormatInt(n, 10) + " " + u.noun + "s"
+		}
+	}
+	return d.String()
+}
+
+// costAt returns the cost charged for decision d, or 1 when costs is not
+// aligned with ds (a hand-made Rejection).
+func costAt(costs []int64, ds []ratelimit.Decision, d *ratelimit.Decision) int64 {
+	for i := range ds {
+		if &ds[i] == d && i < len(costs) {
+			return costs[i]
+		}
+	}
+	return 1
+}
+
+// retryAfterSeconds is the Retry-After value the middleware sends for a
+// wait of d (RFC 9110 §10.2.3): rounded up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 1
+	}
+	return max(1, int64((d-1)/time.Second)+1)
+}

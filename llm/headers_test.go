@@ -1,0 +1,72 @@
+package llm_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
+)
+
+func TestProviderHeaders(t *testing.T) {
+	lim, _ := newLimiter(t, ratelimit.WithLimits(
+		ratelimit.PerMinute(60).Named("requests"),
+		ratelimit.PerMinute(10_000).Named("tpm").CostFrom(estimateTokens),
+		ratelimit.PerDay(100_000).Named("tpd").CostFrom(estimateTokens),
+		ratelimit.PerMinute(1).Named("shadow-rpm").Shadow(),
+	), ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit, llm.OpenAIHeaders(), llm.AnthropicHeaders()))
+	h := lim.Handler(okHandler)
+
+	// 1,000 tokens at epoch (03:04:05Z). Requests: 59 left, full again
+	// in 1s. Tokens: tpm has the fewest left (9,000; 1,000 × 6ms = 6s),
+	// tpd 99,000 (864s). The shadow limit is left out of the aggregated
+	// fields; X-RateLimit-* show the least fraction left (tpm, 90%).
+	w := serve(h, request("POST", "/", "k", 1000))
+	require.Equal(t, http.StatusOK, w.Code)
+	want := map[string]string{
+		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens", "shadow-rpm";q=1;w=60;rampmeter-shadow`,
+		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=6, "tpd";r=99000;t=864, "shadow-rpm";r=0;t=60`,
+
+		"X-RateLimit-Limit": "10000", "X-RateLimit-Remaining": "9000", "X-RateLimit-Reset": "6",
+
+		"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "59", "x-ratelimit-reset-requests": "1s",
+		"x-ratelimit-limit-tokens": "10000", "x-ratelimit-remaining-tokens": "9000", "x-ratelimit-reset-tokens": "6s",
+
+		"anthropic-ratelimit-requests-limit": "60", "anthropic-ratelimit-requests-remaining": "59",
+		"anthropic-ratelimit-requests-reset": "2026-01-02T03:04:06Z",
+		"anthropic-ratelimit-tokens-limit":   "10000", "anthropic-ratelimit-tokens-remaining": "9000",
+		"anthropic-ratelimit-tokens-reset": "2026-01-02T03:04:11Z",
+	}
+	for k, v := range want {
+		assert.Equal(t, v, w.Header().Get(k), k)
+		assert.Len(t, w.Header().Values(k), 1, k)
+	}
+
+	// Reset durations as OpenAI writes them, rounded up to milliseconds;
+	// Anthropic's timestamps rounded up to seconds.
+	l := ratelimit.PerMinute(40)
+	for _, tt := range []struct {
+		reset             time.Duration
+		openAI, anthropic string
+	}{
+		{0, "0s", "2026-01-02T03:04:05Z"},
+		{12 * time.Millisecond, "12ms", "2026-01-02T03:04:06Z"},
+		{863_999_999 * time.Nanosecond, "864ms", "2026-01-02T03:04:06Z"},
+		{1500 * time.Millisecond, "1.5s", "2026-01-02T03:04:07Z"},
+		{6 * time.Minute, "6m0s", "2026-01-02T03:10:05Z"},
+		{86_400 * time.Second, "24h0m0s", "2026-01-03T03:04:05Z"},
+	} {
+		h := http.Header{}
+		llm.OpenAIHeaders().WriteHeaders(h, ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
+			{Limit: &l, Allowed: true, Remaining: 3, Reset: tt.reset, At: epoch.UnixMicro()}}})
+		llm.AnthropicHeaders().WriteHeaders(h, ratelimit.Result{Allowed: true, Decisions: []ratelimit.Decision{
+			{Limit: &l, Allowed: true, Remaining: 3, Reset: tt.reset, At: epoch.UnixMicro()}}})
+		assert.Equal(t, tt.openAI, h.Get("x-ratelimit-reset-requests"), tt.reset.String())
+		assert.Equal(t, tt.anthropic, h.Get("anthropic-ratelimit-requests-reset"), tt.reset.String())
+		assert.Empty(t, h.Get("x-ratelimit-limit-tokens"), "no tokens limit, no tokens fields")
+	}
+}

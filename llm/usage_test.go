@@ -1,0 +1,146 @@
+package llm_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit/llm"
+)
+
+func TestAnthropicUsageStream(t *testing.T) {
+	// The event data of one streamed Messages response, in order (shapes
+	// from Anthropic's "Streaming Messages" documentation).
+	events := []struct {
+		data string
+		ok   bool
+	}{
+		{`{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":25,"cache_creation_input_tokens":100,"cache_read_input_tokens":2000,"output_tokens":1}}}`, true},
+		{`{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`, false},
+		{`{"type":"ping"}`, false},
+		{`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}`, false},
+		{`{"type":"content_block_stop","index":0}`, false},
+		{`{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":15}}`, true},
+		{`{"type":"message_stop"}`, false},
+		{`not json`, false},
+	}
+	var u llm.AnthropicUsage
+	for _, e := range events {
+		assert.Equal(t, e.ok, u.Observe([]byte(e.data)), e.data)
+	}
+	// message_delta counts are cumulative: the output is 15, not 1 + 15.
+	assert.Equal(t, llm.AnthropicUsage{Input: 25, CacheCreation: 100, CacheRead: 2000, Output: 15}, u)
+	assert.Equal(t, int64(25+100+2000+15), u.Total())
+}
+
+func TestAnthropicUsageDeltaOverridesInputs(t *testing.T) {
+	// A message_delta may repeat the input counts (cumulative, e.g. after
+	// server tool use): the last value of each count wins.
+	var u llm.AnthropicUsage
+	u.Observe([]byte(`{"type":"message_start","message":{"usage":{"input_tokens":10,"output_tokens":1}}}`))
+	u.Observe([]byte(`{"type":"message_delta","usage":{"input_tokens":40,"output_tokens":7}}`))
+	u.Observe([]byte(`{"type":"message_delta","usage":{"output_tokens":9}}`))
+	assert.Equal(t, llm.AnthropicUsage{Input: 40, Output: 9}, u)
+	assert.Equal(t, int64(49), u.Total())
+}
+
+func TestAnthropicUsageBody(t *testing.T) {
+	var u llm.AnthropicUsage
+	ok := u.Observe([]byte(`{"id":"msg_1","type":"message","content":[{"type":"text","text":"Hi"}],"usage":{"input_tokens":12,"output_tokens":30}}`))
+	assert.True(t, ok)
+	assert.Equal(t, int64(42), u.Total())
+	// Negative counts are read as 0; a null usage is no usage.
+	var n llm.AnthropicUsage
+	assert.True(t, n.Observe([]byte(`{"usage":{"input_tokens":-5,"output_tokens":3}}`)))
+	assert.Equal(t, int64(3), n.Total())
+	assert.False(t, n.Observe([]byte(`{"usage":null}`)))
+	assert.Equal(t, int64(3), n.Total())
+	// Huge counts saturate instead of overflowing Total.
+	var h llm.AnthropicUsage
+	h.Observe([]byte(`{"usage":{"input_tokens":9223372036854775807,"cache_creation_input_tokens":9223372036854775807,"cache_read_input_tokens":9223372036854775807,"output_tokens":9223372036854775807}}`))
+	assert.Equal(t, int64(math.MaxInt64/4*4), h.Total())
+}
+
+// A count beyond int64's range (a misbehaving upstream or proxy) clamps
+// to math.MaxInt64/4 as Observe documents, and the event's other counts
+// are still read, so the response is not under-charged.
+func TestAnthropicUsageCountBeyondInt64(t *testing.T) {
+	var u llm.AnthropicUsage
+	ok := u.Observe([]byte(`{"usage":{"input_tokens":5,"output_tokens":99999999999999999999}}`))
+	assert.True(t, ok, "the event carries usage")
+	assert.Equal(t, int64(5), u.Input)
+	assert.Equal(t, int64(math.MaxInt64/4), u.Output)
+}
+
+// Negative, fractional and huge counts all clamp into [0, math.MaxInt64/4].
+func TestAnthropicUsageClampsEveryNumber(t *testing.T) {
+	for in, want := range map[string]int64{
+		`-99999999999999999999`: 0, `-3`: 0, `7.9`: 7, `1e3`: 1000, `1e400`: math.MaxInt64 / 4,
+		`9223372036854775807`: math.MaxInt64 / 4, `-1e400`: 0, `0`: 0,
+	} {
+		var u llm.AnthropicUsage
+		assert.True(t, u.Observe([]byte(`{"usage":{"output_tokens":`+in+`}}`)), in)
+		assert.Equal(t, want, u.Output, in)
+	}
+}
+
+// ParseOpenAIUsage sums two counts: an absurd pair saturates at
+// math.MaxInt64 instead of wrapping around to a negative sum, which would
+// read as 0 tokens (the response free).
+func TestParseOpenAIUsageSumSaturates(t *testing.T) {
+	for _, data := range []string{
+		`{"usage":{"prompt_tokens":9223372036854775807,"completion_tokens":1}}`,
+		`{"response":{"usage":{"input_tokens":5,"output_tokens":9223372036854775807}}}`,
+	} {
+		n, ok := llm.ParseOpenAIUsage([]byte(data))
+		assert.True(t, ok, data)
+		assert.Equal(t, int64(math.MaxInt64), n, data)
+	}
+}
+
+func TestIncludeStreamUsage(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{`{"model":"m","stream":true}`, `{"model":"m","stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":false}`, `{"stream":false}`},
+		{`{}`, `{}`},
+		{`{"stream":true,"stream_options":{"x":1}}`, `{"stream":true,"stream_options":{"x":1,"include_usage":true}}`},
+		{`{"stream":true,"stream_options":{}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":{"include_usage":false}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		{`{"stream":true,"stream_options":null,"z":"<&>"}`, `{"stream":true,"stream_options":{"include_usage":true},"z":"<&>"}`},
+		{`{"stream":true,"stream_options":{"include_usage":true}}`, `{"stream":true,"stream_options":{"include_usage":true}}`},
+		// Member order and spacing are kept; the member goes last.
+		{"{ \"stream\" : true , \"a\" : [1, 2] }\n", "{ \"stream\" : true , \"a\" : [1, 2] ,\"stream_options\":{\"include_usage\":true}}\n"},
+	}
+	for _, tt := range tests {
+		got, err := llm.IncludeStreamUsage([]byte(tt.in))
+		require.NoError(t, err, tt.in)
+		assert.Equal(t, tt.want, string(got), tt.in)
+	}
+	for _, bad := range []string{`[1]`, `{"stream":true,"stream_options":5}`, `{"a":1} x`, `{"a":`, ``} {
+		_, err := llm.IncludeStreamUsage([]byte(bad))
+		assert.ErrorIs(t, err, llm.ErrInvalidBody, bad)
+	}
+}
+
+func TestParseOpenAIUsage(t *testing.T) {
+	tests := []struct {
+		data string
+		want int64
+		ok   bool
+	}{
+		{`{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}`, 42, true},
+		{`{"usage":{"prompt_tokens":12,"completion_tokens":30}}`, 42, true},
+		{`{"type":"response.completed","response":{"usage":{"input_tokens":5,"output_tokens":7,"total_tokens":12}}}`, 12, true},
+		{`{"usage":{"input_tokens":5,"output_tokens":7}}`, 12, true},
+		{`{"choices":[{"delta":{"content":"hi"}}]}`, 0, false},
+		{`{"usage":null}`, 0, false},
+		{`[DONE]`, 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := llm.ParseOpenAIUsage([]byte(tt.data))
+		assert.Equal(t, tt.ok, ok, tt.data)
+		assert.Equal(t, tt.want, got, tt.data)
+	}
+}
