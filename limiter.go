@@ -1,0 +1,231 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"reflect"
+	"sync/atomic"
+	"time"
+)
+
+// Limiter enforces a set of limits on HTTP requests (Handler) or on any
+// keyed event (Take). It is safe for concurrent use; its configuration is
+// fixed by New.
+type Limiter struct {
+	store   Store
+	limits  []Limit // Decisions point into this slice
+	key     KeyFunc
+	headers *styleWriter
+	failure FailureMode
+	timeout time.Duration
+	reject  RejectHandler
+	keyErr  func(w http.ResponseWriter, r *http.Request, err error)
+	skipKey bool
+	hooks   Hooks
+	stats   counters
+
+	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
+	limitsFunc          LimitsFunc
+	clampPPM            int64
+	chargeOnServerError bool
+	quotaThreshold      time.Duration
+	quotaStatus         int
+	// requestError is ErrorFormat.RequestError (WithErrorFormat), or nil
+	// for the problem details of writeCostError and limitsError.
+	requestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
+	// sleep waits d or until ctx ends (a variable so tests need not
+	// sleep).
+	sleep func(ctx context.Context, d time.Duration) error
+	// now is the clock of StoreCall.Duration (time.Now; a fake clock in
+	// tests). It is read only when Hooks.OnStoreCall is set.
+	now func() time.Time
+
+	// maxWait bounds Result.Delay when maxWaitSet (WithMaxWait).
+	maxWait    time.Duration
+	maxWaitSet bool
+}
+
+// New returns a Limiter that keeps its state in store. It validates the
+// whole configuration, so a bad one fails here and never reaches a
+// request (the one exception: key functions built with invalid arguments,
+// such as KeyConst("") or KeyByIP(IPv6Prefix(0)), cannot report it before
+// they run, and answer every request with 500 and a message naming the
+// mistake): the store must not be nil, there must be at least one limit
+// (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
+// and the names unique (the sets of WithLimitsFunc are validated by
+// NewPolicySet and NewPlans). Every error wraps ErrInvalidConfig.
+//
+// Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
+// DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
+func New(store Store, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
+	}
+	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, store)
+	}
+	c := config{key: KeyByAPIKey(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
+		}
+		if err := o(&c); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
+	var set *PolicySet
+	if len(c.limits) > 0 || c.limitsFunc == nil {
+		var err error
+		if set, err = NewPolicySet(c.limits...); err != nil {
+			return nil, err // wraps ErrInvalidConfig
+		}
+		c.limits = set.limits
+	}
+	if c.skipKeyErr && c.keyErr != nil {
+		return nil, fmt.Errorf("%w: WithSkipOnKeyError and WithKeyErrorHandler exclude each other", ErrInvalidConfig)
+	}
+	l := &Limiter{
+		store:   store,
+		limits:  c.limits,
+		key:     c.key,
+		failure: c.failure,
+		timeout: c.storeTimeout,
+		reject:  c.reject,
+		keyErr:  c.keyErr,
+		skipKey: c.skipKeyErr,
+		hooks:   c.hooks,
+		sleep:   sleep,
+		now:     time.Now,
+
+		set:                 set,
+		limitsFunc:          c.limitsFunc,
+		clampPPM:            c.clampPPM,
+		chargeOnServerError: c.chargeOnServerError,
+		quotaThreshold:      c.quotaThreshold,
+		quotaStatus:         c.quotaStatus,
+		requestError:        c.format.RequestError,
+
+		maxWait:    c.maxWait,
+		maxWaitSet: c.maxWaitSet,
+	}
+	l.headers = newStyleWriter(c.style, c.headers, l.limits)
+	switch {
+	case l.reject != nil:
+	case c.format.Reject != nil:
+		l.reject = c.format.Reject
+	default:
+		l.reject = DefaultRejectHandler
+	}
+	switch {
+	case l.keyErr != nil:
+	case c.format.KeyError != nil:
+		l.keyErr = c.format.KeyError
+	default:
+		l.keyErr = DefaultKeyErrorHandler
+	}
+	return l, nil
+}
+
+// Limits returns a copy of the Limiter's limits, in order.
+func (l *Limiter) Limits() []Limit { return append([]Limit(nil), l.limits...) }
+
+// Stats are counters since the Limiter was created. Each is read
+// atomically, but the set is not one snapshot.
+type Stats struct {
+	// Allowed counts requests (and Take calls) admitted. Each decided
+	// request counts once, in Allowed, Limited or TooLarge, as
+	// Hooks.OnDecision reports it.
+	Allowed uint64
+	// Limited counts refusals that a later retry can pass (429),
+	// including requests the store admitted but WithMaxWait refused.
+	Limited uint64
+	// TooLarge counts refusals whose cost exceeds a limit's burst (413).
+	TooLarge uint64
+	// Bypassed counts requests let through without a decision: store
+	// failures under FailOpen, and key errors under WithSkipOnKeyError.
+	Bypassed uint64
+	// StoreErrors counts failed store calls (every call that
+	// Hooks.OnStoreError reports), timeouts included, but not calls
+	// abandoned because the request's own context ended.
+	StoreErrors uint64
+	// KeyErrors counts requests whose key function failed.
+	KeyErrors uint64
+	// CostErrors counts requests refused because a cost function failed.
+	CostErrors uint64
+	// Settled counts requests whose reported usage was settled with the
+	// store after the handler returned.
+	Settled uint64
+	// ShadowLimited counts requests admitted although a shadow limit
+	// (Limit.Shadow) refused them: the extra refusals that enforcing the
+	// shadow limits would cause. They also count in Allowed.
+	ShadowLimited uint64
+	// Released counts requests whose reservation was released because
+	// the handler failed (5xx or panic) without reporting usage (see
+	// WithChargeOnServerError).
+	Released uint64
+	// PlanErrors counts requests refused because the WithLimitsFunc
+	// function failed (an unknown plan, say).
+	PlanErrors uint64
+}
+
+type counters struct {
+	allowed, limited, tooLarge, bypassed, storeErrors, keyErrors, costErrors, settled atomic.Uint64
+	shadowLimited, released, planErrors                                               atomic.Uint64
+}
+
+// Stats returns the Limiter's counters.
+func (l *Limiter) Stats() Stats {
+	s := &l.stats
+	return Stats{
+		Allowed:     s.allowed.Load(),
+		Limited:     s.limited.Load(),
+		TooLarge:    s.tooLarge.Load(),
+		Bypassed:    s.bypassed.Load(),
+		StoreErrors: s.storeErrors.Load(),
+		KeyErrors:   s.keyErrors.Load(),
+		CostErrors:  s.costErrors.Load(),
+		Settled:     s.settled.Load(),
+
+		ShadowLimited: s.shadowLimited.Load(),
+		Released:      s.released.Load(),
+		PlanErrors:    s.planErrors.Load(),
+	}
+}
+
+// index returns the position of the limit named name, or -1.
+func (l *Limiter) index(name string) int {
+	for i := range l.limits {
+		if l.limits[i].Name() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// bypass records a request let through without a decision.
+func (l *Limiter) bypass(ctx context.Context, reason error) {
+	l.stats.bypassed.Add(1)
+	if l.hooks.OnBypass != nil {
+		l.hooks.OnBypass(ctx, reason)
+	}
+}
+
+// record counts the final decision on one request in Stats and reports it
+// to Hooks.OnDecision: once per decided request.
+func (l *Limiter) record(ctx context.Context, res Result) {
+	switch {
+	case res.Allowed:
+		l.stats.allowed.Add(1)
+		if res.ShadowLimited() {
+			l.stats.shadowLimited.Add(1)
+		}
+	case res.tooLarge():
+		l.stats.tooLarge.Add(1)
+	default:
+		l.stats.limited.Add(1)
+	}
+	if l.hooks.OnDecision != nil {
+		l.hooks.OnDecision(ctx, res)
+	}
+}
