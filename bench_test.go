@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -132,5 +133,59 @@ func BenchmarkMiddleware(b *testing.B) {
 			h.ServeHTTP(&discardWriter{h: http.Header{}}, r)
 		}
 		runBench(b, h, reqs, http.StatusTooManyRequests)
+	})
+}
+
+// benchKeys returns n distinct keys.
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("vendor-%05d", i)
+	}
+	return keys
+}
+
+func BenchmarkWait(b *testing.B) {
+	// Wait on 10,000 keys whose limit always has room: the cost of Wait
+	// over Take when nobody waits.
+	// A long store timeout: a loaded machine must not turn a slow
+	// critical section into a failure.
+	lim := benchLimiter(b, ratelimit.WithLimits(ratelimit.PerSecond(1_000_000_000)), ratelimit.WithStoreTimeout(time.Minute))
+	keys := benchKeys(10_000)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		i := 0
+		for pb.Next() {
+			if err := lim.Wait(ctx, keys[i%len(keys)]); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+func BenchmarkReserveCancel(b *testing.B) {
+	// Reserve a LeakyBucket slot and cancel it at once (the last in its
+	// queue, so it is refunded): three store calls per cancel.
+	lim := benchLimiter(b, ratelimit.WithLimits(ratelimit.PerSecond(1000).WithAlgorithm(ratelimit.LeakyBucket)), ratelimit.WithStoreTimeout(time.Minute))
+	keys := benchKeys(10_000)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		i := 0
+		for pb.Next() {
+			r, err := lim.Reserve(ctx, keys[i%len(keys)])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if err := r.Cancel(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
 	})
 }

@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -176,4 +178,40 @@ func ExampleCompose() {
 	r.ServeHTTP(httptest.NewRecorder(), req)
 	// Output:
 	// "4:sk-1|15:GET /users/{id}" <nil>
+}
+
+func ExampleLimiter_Wait() {
+	store, err := memory.New()
+	if err != nil {
+		log.Fatal(err)
+	}
+	// A vendor allows 2 calls per second: send them evenly, one every
+	// 500 ms, never two at once.
+	lim, err := ratelimit.New(store, ratelimit.WithLimits(
+		ratelimit.PerSecond(2).WithAlgorithm(ratelimit.LeakyBucket)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// The first call on an idle key goes at once.
+	fmt.Println(lim.Wait(ctx, "vendor"))
+
+	// The next slot is 500 ms away. A context that ends sooner fails at
+	// once instead of waiting in vain, and its slot is given back.
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	err = lim.Wait(short, "vendor")
+	fmt.Println(errors.Is(err, context.DeadlineExceeded))
+
+	// A cost above the burst never fits: Wait says so instead of waiting
+	// forever.
+	err = lim.Wait(ctx, "vendor", 3)
+	fmt.Println(errors.Is(err, ratelimit.ErrNeverFits))
+	fmt.Println(err)
+	// Output:
+	// <nil>
+	// true
+	// true
+	// ratelimit: cost can never fit: a cost of 3 requests exceeds the "requests" limit's burst of 2
 }

@@ -2,9 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log"
 	"net/http"
 	"slices"
 	"sort"
@@ -16,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
-	"github.com/rampmeter/ratelimit/store/memory"
 )
 
 // simClock is a discrete-event clock. Goroutines started with Go sleep on
@@ -542,94 +538,4 @@ func TestMaxWait(t *testing.T) {
 
 	_, err := ratelimit.New(store, leaky100(), ratelimit.WithMaxWait(-time.Second))
 	require.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
-}
-
-func ExampleLimiter_Wait() {
-	store, err := memory.New()
-	if err != nil {
-		log.Fatal(err)
-	}
-	// A vendor allows 2 calls per second: send them evenly, one every
-	// 500 ms, never two at once.
-	lim, err := ratelimit.New(store, ratelimit.WithLimits(
-		ratelimit.PerSecond(2).WithAlgorithm(ratelimit.LeakyBucket)))
-	if err != nil {
-		log.Fatal(err)
-	}
-	ctx := context.Background()
-
-	// The first call on an idle key goes at once.
-	fmt.Println(lim.Wait(ctx, "vendor"))
-
-	// The next slot is 500 ms away. A context that ends sooner fails at
-	// once instead of waiting in vain, and its slot is given back.
-	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	defer cancel()
-	err = lim.Wait(short, "vendor")
-	fmt.Println(errors.Is(err, context.DeadlineExceeded))
-
-	// A cost above the burst never fits: Wait says so instead of waiting
-	// forever.
-	err = lim.Wait(ctx, "vendor", 3)
-	fmt.Println(errors.Is(err, ratelimit.ErrNeverFits))
-	fmt.Println(err)
-	// Output:
-	// <nil>
-	// true
-	// true
-	// ratelimit: cost can never fit: a cost of 3 requests exceeds the "requests" limit's burst of 2
-}
-
-// benchKeys returns n distinct keys.
-func benchKeys(n int) []string {
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("vendor-%05d", i)
-	}
-	return keys
-}
-
-func BenchmarkWait(b *testing.B) {
-	// Wait on 10,000 keys whose limit always has room: the cost of Wait
-	// over Take when nobody waits.
-	// A long store timeout: a loaded machine must not turn a slow
-	// critical section into a failure.
-	lim := benchLimiter(b, ratelimit.WithLimits(ratelimit.PerSecond(1_000_000_000)), ratelimit.WithStoreTimeout(time.Minute))
-	keys := benchKeys(10_000)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		i := 0
-		for pb.Next() {
-			if err := lim.Wait(ctx, keys[i%len(keys)]); err != nil {
-				b.Error(err)
-				return
-			}
-			i++
-		}
-	})
-}
-
-func BenchmarkReserveCancel(b *testing.B) {
-	// Reserve a LeakyBucket slot and cancel it at once (the last in its
-	// queue, so it is refunded): three store calls per cancel.
-	lim := benchLimiter(b, ratelimit.WithLimits(ratelimit.PerSecond(1000).WithAlgorithm(ratelimit.LeakyBucket)), ratelimit.WithStoreTimeout(time.Minute))
-	keys := benchKeys(10_000)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := context.Background()
-		i := 0
-		for pb.Next() {
-			r, err := lim.Reserve(ctx, keys[i%len(keys)])
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if err := r.Cancel(ctx); err != nil {
-				b.Error(err)
-				return
-			}
-			i++
-		}
-	})
 }

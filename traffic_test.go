@@ -14,32 +14,33 @@ import (
 	"github.com/rampmeter/ratelimit/store/redisstore"
 )
 
-// The seed's multiple-choice questions, answered by tests through the
-// public API (ratelimit.New, Limiter.Take) on real stores with a manual
-// clock, and the measurements behind the README's algorithm table.
+// The algorithms under traffic, through the public API (ratelimit.New,
+// Limiter.Take) on real stores with a manual clock: a burst after idling,
+// three servers sharing one budget, a leaky bucket smoothing a burst, and
+// the measurements behind the README's algorithm table.
 
-// seedEpoch is a whole number of days after the Unix epoch, so
+// trafficEpoch is a whole number of days after the Unix epoch, so
 // epoch-aligned windows of a minute begin there.
-var seedEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+var trafficEpoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// seedClock is a manual clock; stores built on it decide by it.
-type seedClock struct{ now time.Time }
+// manualClock is a manual clock; stores built on it decide by it.
+type manualClock struct{ now time.Time }
 
-func (c *seedClock) Now() time.Time          { return c.now }
-func (c *seedClock) set(d time.Duration)     { c.now = seedEpoch.Add(d) }
-func (c *seedClock) advance(d time.Duration) { c.now = c.now.Add(d) }
+func (c *manualClock) Now() time.Time          { return c.now }
+func (c *manualClock) set(d time.Duration)     { c.now = trafficEpoch.Add(d) }
+func (c *manualClock) advance(d time.Duration) { c.now = c.now.Add(d) }
 
-func seedMemory(t testing.TB, c *seedClock) ratelimit.Store {
+func memoryOn(t testing.TB, c *manualClock) ratelimit.Store {
 	t.Helper()
 	s, err := memory.New(memory.WithClock(c.Now))
 	require.NoError(t, err)
 	return s
 }
 
-// seedMiniredis returns a Redis store on a miniredis of its own (deciding
+// miniredisOn returns a Redis store on a miniredis of its own (deciding
 // by c), and a function returning more stores on the same miniredis, each
 // with its own client: separate processes sharing one Redis.
-func seedMiniredis(t testing.TB, c *seedClock) func() ratelimit.Store {
+func miniredisOn(t testing.TB, c *manualClock) func() ratelimit.Store {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	return func() ratelimit.Store {
@@ -51,7 +52,7 @@ func seedMiniredis(t testing.TB, c *seedClock) func() ratelimit.Store {
 	}
 }
 
-func seedLimiter(t testing.TB, store ratelimit.Store, limits ...ratelimit.Limit) *ratelimit.Limiter {
+func trafficLimiter(t testing.TB, store ratelimit.Store, limits ...ratelimit.Limit) *ratelimit.Limiter {
 	t.Helper()
 	// A generous store timeout: miniredis on a busy test machine can take
 	// longer than the default, and these tests measure counts, not time.
@@ -62,40 +63,40 @@ func seedLimiter(t testing.TB, store ratelimit.Store, limits ...ratelimit.Limit)
 }
 
 // take calls lim.Take for key and requires no error.
-func seedTake(t testing.TB, lim *ratelimit.Limiter, key string) ratelimit.Result {
+func takeOne(t testing.TB, lim *ratelimit.Limiter, key string) ratelimit.Result {
 	t.Helper()
 	res, err := lim.Take(t.Context(), key)
 	require.NoError(t, err)
 	return res
 }
 
-// Seed question 1: a token bucket of 10 per second with capacity 50, idle
+// A token bucket of 10 per second with capacity 50, idle
 // for 30 seconds, receives 60 requests at once. Idle 30 s refills 300
 // tokens, but the bucket holds 50: exactly 50 are allowed. The 51st waits
 // for one token, 100 ms.
-func TestSeedTokenBucketIdleBurst(t *testing.T) {
+func TestTokenBucketBurstAfterIdle(t *testing.T) {
 	for _, name := range []string{"memory", "miniredis"} {
 		t.Run(name, func(t *testing.T) {
-			c := &seedClock{now: seedEpoch}
+			c := &manualClock{now: trafficEpoch}
 			var store ratelimit.Store
 			if name == "memory" {
-				store = seedMemory(t, c)
+				store = memoryOn(t, c)
 			} else {
-				store = seedMiniredis(t, c)()
+				store = miniredisOn(t, c)()
 			}
-			lim := seedLimiter(t, store, ratelimit.PerSecond(10).WithBurst(50))
+			lim := trafficLimiter(t, store, ratelimit.PerSecond(10).WithBurst(50))
 			// The key was busy (empty bucket) 30 s ago.
-			res := seedTake(t, lim, "client")
+			res := takeOne(t, lim, "client")
 			require.True(t, res.Allowed)
 			for range 49 {
-				seedTake(t, lim, "client")
+				takeOne(t, lim, "client")
 			}
-			require.False(t, seedTake(t, lim, "client").Allowed, "empty before idling")
+			require.False(t, takeOne(t, lim, "client").Allowed, "empty before idling")
 			c.advance(30 * time.Second)
 			allowed := 0
 			var last ratelimit.Result
 			for range 60 {
-				if last = seedTake(t, lim, "client"); last.Allowed {
+				if last = takeOne(t, lim, "client"); last.Allowed {
 					allowed++
 				}
 			}
@@ -105,24 +106,24 @@ func TestSeedTokenBucketIdleBurst(t *testing.T) {
 	}
 }
 
-// Seed question 2: three servers each enforcing 100 per minute with an
+// Three servers each enforcing 100 per minute with an
 // in-memory limiter admit 300 per minute across them; with a shared store
 // they admit 100. Requests for one API key arrive round-robin across the
 // three servers. The limits are the default token bucket (a burst of 300
 // requests at one instant) and a fixed window (600 requests spread evenly
 // over one minute-aligned window, one every 100 ms), the two readings of
 // "100 per minute".
-func TestSeedThreeServers(t *testing.T) {
+func TestThreeServersShareOneBudget(t *testing.T) {
 	limits := map[string]ratelimit.Limit{
 		"token-bucket": ratelimit.PerMinute(100),
 		"fixed-window": ratelimit.PerMinute(100).WithAlgorithm(ratelimit.FixedWindow),
 	}
 	// run sends n requests round-robin over the servers, every step
 	// (0: all at once) and returns how many were admitted.
-	run := func(t *testing.T, c *seedClock, servers [3]*ratelimit.Limiter, n int, step time.Duration) int {
+	run := func(t *testing.T, c *manualClock, servers [3]*ratelimit.Limiter, n int, step time.Duration) int {
 		admitted := 0
 		for i := range n {
-			if seedTake(t, servers[i%3], "api-key-1").Allowed {
+			if takeOne(t, servers[i%3], "api-key-1").Allowed {
 				admitted++
 			}
 			c.advance(step)
@@ -135,59 +136,59 @@ func TestSeedThreeServers(t *testing.T) {
 			n, step = 600, 100*time.Millisecond // 600 × 100 ms = one window, [0, 60 s)
 		}
 		t.Run(name+"/separate memory stores", func(t *testing.T) {
-			c := &seedClock{now: seedEpoch}
+			c := &manualClock{now: trafficEpoch}
 			var servers [3]*ratelimit.Limiter
 			for i := range servers {
-				servers[i] = seedLimiter(t, seedMemory(t, c), l)
+				servers[i] = trafficLimiter(t, memoryOn(t, c), l)
 			}
 			// Each server sees a third of the requests and admits 100 of
 			// them: 3 × 100.
 			assert.Equal(t, 300, run(t, c, servers, n, step))
 		})
 		t.Run(name+"/one shared memory store", func(t *testing.T) {
-			c := &seedClock{now: seedEpoch}
-			shared := seedMemory(t, c)
+			c := &manualClock{now: trafficEpoch}
+			shared := memoryOn(t, c)
 			var servers [3]*ratelimit.Limiter
 			for i := range servers {
-				servers[i] = seedLimiter(t, shared, l)
+				servers[i] = trafficLimiter(t, shared, l)
 			}
 			assert.Equal(t, 100, run(t, c, servers, n, step))
 		})
 		t.Run(name+"/shared miniredis", func(t *testing.T) {
-			c := &seedClock{now: seedEpoch}
-			newStore := seedMiniredis(t, c)
+			c := &manualClock{now: trafficEpoch}
+			newStore := miniredisOn(t, c)
 			var servers [3]*ratelimit.Limiter
 			for i := range servers {
-				servers[i] = seedLimiter(t, newStore(), l) // own client and Store, one Redis
+				servers[i] = trafficLimiter(t, newStore(), l) // own client and Store, one Redis
 			}
 			assert.Equal(t, 100, run(t, c, servers, n, step))
 		})
 	}
 }
 
-// Seed question 3: a leaky bucket smoothing a burst of 100 requests to an
+// A leaky bucket smoothing a burst of 100 requests to an
 // external service limited to 100 per minute never sends more than 100 in
 // any 60 s span. Each admitted request is sent at its arrival plus
 // Result.Delay: the i-th of the burst at i × 600 ms. Half a minute later
 // another 100 arrive: the 50 units that drained make room for 50 of
 // them, queued behind the first burst, and the rest are refused; every
 // send is still 600 ms after the previous one.
-func TestSeedLeakyBucketSmoothing(t *testing.T) {
+func TestLeakyBucketSmoothsABurst(t *testing.T) {
 	for _, name := range []string{"memory", "miniredis"} {
 		t.Run(name, func(t *testing.T) {
-			c := &seedClock{now: seedEpoch}
+			c := &manualClock{now: trafficEpoch}
 			var store ratelimit.Store
 			if name == "memory" {
-				store = seedMemory(t, c)
+				store = memoryOn(t, c)
 			} else {
-				store = seedMiniredis(t, c)()
+				store = miniredisOn(t, c)()
 			}
-			lim := seedLimiter(t, store, ratelimit.PerMinute(100).WithAlgorithm(ratelimit.LeakyBucket))
+			lim := trafficLimiter(t, store, ratelimit.PerMinute(100).WithAlgorithm(ratelimit.LeakyBucket))
 			var sends []time.Time
 			burst := func() int {
 				admitted := 0
 				for range 100 {
-					res := seedTake(t, lim, "vendor")
+					res := takeOne(t, lim, "vendor")
 					if res.Allowed {
 						admitted++
 						sends = append(sends, c.Now().Add(res.Delay))
@@ -197,21 +198,21 @@ func TestSeedLeakyBucketSmoothing(t *testing.T) {
 			}
 			require.Equal(t, 100, burst(), "the first burst is queued whole")
 			for i, s := range sends {
-				require.Equal(t, seedEpoch.Add(time.Duration(i)*600*time.Millisecond), s, "send %d", i)
+				require.Equal(t, trafficEpoch.Add(time.Duration(i)*600*time.Millisecond), s, "send %d", i)
 			}
 			c.advance(30 * time.Second)
 			require.Equal(t, 50, burst(), "half the queue drained in 30 s")
 			for i := 1; i < len(sends); i++ {
 				require.Equal(t, 600*time.Millisecond, sends[i].Sub(sends[i-1]), "send %d", i)
 			}
-			assert.Equal(t, 100, seedMaxInSpan(sends, time.Minute), "most sends in any 60 s span")
+			assert.Equal(t, 100, mostInSpan(sends, time.Minute), "most sends in any 60 s span")
 		})
 	}
 }
 
-// seedMaxInSpan returns the most times (sorted) that fall in one
+// mostInSpan returns the most times (sorted) that fall in one
 // half-open span [t, t+span).
-func seedMaxInSpan(times []time.Time, span time.Duration) int {
+func mostInSpan(times []time.Time, span time.Duration) int {
 	best := 0
 	for i := range times {
 		n := 0
@@ -297,19 +298,19 @@ func TestAlgorithmTable(t *testing.T) {
 func measureAlgorithm(t *testing.T, l ratelimit.Limit) algorithmRow {
 	var row algorithmRow
 	leaky := l.Algorithm() == ratelimit.LeakyBucket
-	fresh := func() (*seedClock, *ratelimit.Limiter) {
-		c := &seedClock{now: seedEpoch}
-		return c, seedLimiter(t, seedMemory(t, c), l)
+	fresh := func() (*manualClock, *ratelimit.Limiter) {
+		c := &manualClock{now: trafficEpoch}
+		return c, trafficLimiter(t, memoryOn(t, c), l)
 	}
 	// sent reports whether an admission's send time falls before end.
-	sent := func(c *seedClock, res ratelimit.Result, end time.Time) bool {
+	sent := func(c *manualClock, res ratelimit.Result, end time.Time) bool {
 		return res.Allowed && c.Now().Add(res.Delay).Before(end)
 	}
 
 	// Burst: 200 at one instant.
 	c, lim := fresh()
 	for range 200 {
-		res := seedTake(t, lim, "k")
+		res := takeOne(t, lim, "k")
 		if res.Allowed {
 			row.Burst++
 		}
@@ -322,12 +323,12 @@ func measureAlgorithm(t *testing.T, l ratelimit.Limit) algorithmRow {
 	c, lim = fresh()
 	for k := range 400 {
 		c.set(time.Duration(k) * 300 * time.Millisecond)
-		res := seedTake(t, lim, "k")
+		res := takeOne(t, lim, "k")
 		switch {
 		case !res.Allowed:
 		case k < 200:
 			row.Stream++
-			if leaky && sent(c, res, seedEpoch.Add(time.Minute)) {
+			if leaky && sent(c, res, trafficEpoch.Add(time.Minute)) {
 				row.StreamSent++
 			}
 		default:
@@ -340,7 +341,7 @@ func measureAlgorithm(t *testing.T, l ratelimit.Limit) algorithmRow {
 	c.set(time.Minute - 100*time.Millisecond)
 	var times, sends []time.Time
 	admit := func() {
-		if res := seedTake(t, lim, "k"); res.Allowed {
+		if res := takeOne(t, lim, "k"); res.Allowed {
 			times = append(times, c.Now())
 			sends = append(sends, c.Now().Add(res.Delay))
 		}
@@ -356,9 +357,9 @@ func measureAlgorithm(t *testing.T, l ratelimit.Limit) algorithmRow {
 	for range 200 {
 		admit()
 	}
-	row.Span = seedMaxInSpan(times, time.Minute)
+	row.Span = mostInSpan(times, time.Minute)
 	if leaky {
-		row.SpanSent = seedMaxInSpan(sends, time.Minute)
+		row.SpanSent = mostInSpan(sends, time.Minute)
 	}
 	return row
 }
@@ -370,25 +371,25 @@ func measureAlgorithm(t *testing.T, l ratelimit.Limit) algorithmRow {
 // though the span holds nothing else.
 func TestSlidingWindowCounterUnderAdmits(t *testing.T) {
 	counts := func(a ratelimit.Algorithm) (atP, atHalf int) {
-		c := &seedClock{now: seedEpoch}
-		lim := seedLimiter(t, seedMemory(t, c), ratelimit.PerMinute(100).WithAlgorithm(a))
+		c := &manualClock{now: trafficEpoch}
+		lim := trafficLimiter(t, memoryOn(t, c), ratelimit.PerMinute(100).WithAlgorithm(a))
 		for range 100 {
-			require.True(t, seedTake(t, lim, "k").Allowed)
+			require.True(t, takeOne(t, lim, "k").Allowed)
 		}
 		c.set(time.Minute)
 		for range 100 {
-			if seedTake(t, lim, "k").Allowed {
+			if takeOne(t, lim, "k").Allowed {
 				atP++
 			}
 		}
-		c2 := &seedClock{now: seedEpoch}
-		lim2 := seedLimiter(t, seedMemory(t, c2), ratelimit.PerMinute(100).WithAlgorithm(a))
+		c2 := &manualClock{now: trafficEpoch}
+		lim2 := trafficLimiter(t, memoryOn(t, c2), ratelimit.PerMinute(100).WithAlgorithm(a))
 		for range 100 {
-			require.True(t, seedTake(t, lim2, "k").Allowed)
+			require.True(t, takeOne(t, lim2, "k").Allowed)
 		}
 		c2.set(90 * time.Second)
 		for range 100 {
-			if seedTake(t, lim2, "k").Allowed {
+			if takeOne(t, lim2, "k").Allowed {
 				atHalf++
 			}
 		}
