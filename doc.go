@@ -37,14 +37,46 @@
 // Hooks; package [metrics/prometheus] exports them as Prometheus metrics.
 //
 // Algorithms (see [Algorithm]): TokenBucket (default), GCRA, LeakyBucket,
-// SlidingWindow, SlidingLog and FixedWindow. Their math is written once, as
-// pure functions of (state, now, cost) in integer microseconds that update
-// the state in place ([Limit.TakeAt], [Limit.AdjustFrom]); the Redis script mirrors it and the
-// conformance suite in store/storetest holds every store to it.
+// SlidingWindow, SlidingLog and FixedWindow, chosen per limit with
+// [Limit.WithAlgorithm]. Every store decides them by the same math (see
+// Writing a Store below).
+//
+// # Writing a Store
+//
+// This section is for authors of stores and store decorators; users of the
+// Limiter can skip it. [store/memory] and [store/redisstore] are the
+// built-in stores; [store/resilient] wraps one.
+//
+// A [Store] has two methods. Take decides a slice of [Request] values (key,
+// *[Limit], cost) atomically, all or nothing, and writes one [Decision] per
+// request; Adjust charges or refunds without a check, for settlement. Both
+// first call [CheckRequests], so that every store refuses the same
+// malformed input with the same error, wrapping [ErrInvalidRequest]. A
+// Decision's RetryAfter is [RetryNever] when the cost can never fit.
+//
+// The algorithms' math is written once, as pure functions of (state, now,
+// cost) in integer microseconds that update a [State] in place:
+// [Limit.TakeAt], [Limit.AdjustAt] and [Limit.AdjustFrom] (a refund at the
+// time it was charged, so window algorithms never credit a later window);
+// [Limit.ExpiresAt] says when a state becomes equivalent to the zero State,
+// so the store may forget it (the TTL of a Redis key); [Limit.Params] gives the integer parameters a
+// store outside Go (the Redis Lua script) needs to mirror the math, and
+// [Micros] converts a time to the microseconds of State. A store keeps one
+// State per key and [Limit.ID] (which changes with the limit's parameters,
+// so a changed limit starts afresh) and must not keep keys in clear: they
+// may be secrets. The conformance suite in [store/storetest] holds every store
+// to the pure functions.
+//
+// A Store that wraps another should expose it with a method Unwrap() Store
+// (as store/resilient and metrics/prometheus's InstrumentStore do), so that
+// code given the outer store can find the inner one, as errors.Unwrap does
+// for errors.
 //
 // [hooks]: https://pkg.go.dev/github.com/rampmeter/ratelimit/hooks
 // [llm]: https://pkg.go.dev/github.com/rampmeter/ratelimit/llm
 // [metrics/prometheus]: https://pkg.go.dev/github.com/rampmeter/ratelimit/metrics/prometheus
 // [store/memory]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/memory
 // [store/redisstore]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/redisstore
+// [store/resilient]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/resilient
+// [store/storetest]: https://pkg.go.dev/github.com/rampmeter/ratelimit/store/storetest
 package ratelimit
