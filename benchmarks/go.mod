@@ -1,6 +1,6 @@
 module github.com/rampmeter/ratelimit/benchmarks
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/didip/tollbooth/v8 v8.0.1

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	rm "github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 	"github.com/rampmeter/ratelimit/store/memory"
 	"github.com/rampmeter/ratelimit/store/redisstore"
 
@@ -139,10 +140,15 @@ var aiChatBody = []byte(`{"model":"gpt-4o-mini","messages":[{"role":"system","co
 	`"max_completion_tokens":256,"stream":true}`)
 
 // reportUsage is the AI handler's part of settlement: it reports the
-// tokens the (imaginary) model used before the handler answers.
+// tokens the (imaginary) model used before the handler answers, and
+// answers 500 if the report fails, which the smoke tests and the
+// benchmarks (they want 200) catch.
 func reportUsage(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = rm.ReportUsage(r.Context(), "tokens", 100)
+		if err := rm.ReportUsage(r.Context(), "tokens", 100); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
 }
@@ -226,14 +232,14 @@ func init() {
 	})
 	decider.RegisterMiddleware(decider.MiddlewareSpec{
 		Name: "rampmeter-ai", Module: rampmeterModule, Body: aiChatBody,
-		Note: "the AI path: Limiter.Handler, KeyByIP, store/memory, requests + tokens limits (EstimateOpenAITokens reads each chat body), " +
+		Note: "the AI path: Limiter.Handler, KeyByIP, store/memory, requests + tokens limits (llm.EstimateOpenAITokens reads each chat body), " +
 			"WithReserveClamp(0.5), IETF + OpenAI headers, OpenAI errors; the handler reports 100 tokens (settled with one Adjust)",
 		New: func(c decider.Config) (func(http.Handler) http.Handler, func(), error) {
 			return rmMiddleware(reportUsage,
-				rm.WithLimits(rmLimit(c), rmTokens(c).CostFrom(rm.EstimateOpenAITokens())),
+				rm.WithLimits(rmLimit(c), rmTokens(c).CostFrom(llm.EstimateOpenAITokens())),
 				rm.WithReserveClamp(0.5),
-				rm.WithHeaders(rm.HeadersIETF|rm.HeadersOpenAI),
-				rm.WithOpenAIErrors())
+				rm.WithHeaders(rm.HeadersIETF, llm.OpenAIHeaders()),
+				rm.WithErrorFormat(llm.OpenAIErrors()))
 		},
 	})
 }
