@@ -6,7 +6,7 @@
 // a bare HTTP handler), all in one run, and prints a Markdown report of
 // medians and ratios. From the repository root:
 //
-//	go -C benchmarks run ./cmd/compare                                # every section (about 20 min on 2 cores)
+//	go -C benchmarks run ./cmd/compare                                # every section (about 25 min on 2 cores)
 //	go -C benchmarks run ./cmd/compare -sections decision,middleware  # in-memory only (about 7 min)
 //	go -C benchmarks run ./cmd/compare -only 'rampmeter|sethvargo'    # fewer rows, faster
 //	go -C benchmarks run ./cmd/compare -report results/20260101T120000Z  # print a stored run's report again
@@ -80,9 +80,9 @@ func main() {
 		count    = flag.Int("count", 3, "repetitions of the Go benchmarks (interleaved); 6 or more gives benchstat confidence intervals")
 		bench    = flag.String("benchtime", "1s", "go test -benchtime of each benchmark in each repetition")
 		rport    = flag.Int("redis-port", 0, "loopback port of the redis-server the command starts (0: a free one)")
-		rdur     = flag.Duration("redis-dur", 4*time.Second, "measured time of each Redis adapter in each configuration (plus 1 s of warm-up)")
+		rdur     = flag.Duration("redis-dur", 3*time.Second, "measured time of each Redis adapter in each configuration (plus 1 s of warm-up)")
 		rcfg     = flag.String("redis-configs", "1:10000,64:10000,64:1", "comma-separated Redis load configurations, concurrency:distinct-keys")
-		rreps    = flag.Int("redis-reps", 1, "repetitions of the Redis load (medians across them)")
+		rreps    = flag.Int("redis-reps", 3, "repetitions of the Redis load, each over every configuration and adapter (medians across them)")
 		rbreq    = flag.Int("refbench-requests", 200000, "requests of each redis-benchmark test at c=64 (a quarter of it at c=1)")
 		hport    = flag.Int("http-port", 0, "loopback port of the HTTP server for wrk (0: a free one)")
 		wdur     = flag.Duration("wrk-dur", 10*time.Second, "measured time of each wrk run (after a 2 s warm-up)")
