@@ -1,0 +1,241 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// entry is what one instance knows of one (key, limit) pair: its recent
+// demand, its lease, the backing store's state at the latest answer, and a
+// remembered refusal. Its fields are guarded by its shard's lock.
+type entry struct {
+	key   string
+	limit ratelimit.Limit // a copy, for returns and sizing: requests may change theirs
+	cap   int64           // floor(share × Burst): the most units a lease holds
+
+	// Demand: units and requests asked for in the lifetime-long interval
+	// number slot (local µs / L) and in the one before it.
+	slot             int64
+	units, prevUnits int64
+	reqs, prevReqs   int64
+
+	lease  lease
+	view   view
+	block  block
+	winEnd int64 // the latest lease's window end, backing µs (FixedWindow)
+
+	busy chan struct{} // non-nil while a call refills the lease; closed when it ends
+	pins int32         // calls in flight that hold a pointer to the entry
+}
+
+// lease is the units of one backing-store Take not yet handed out.
+type lease struct {
+	left int64  // units not yet handed out
+	at   int64  // the charge, by the backing store's clock (µs)
+	end  int64  // local µs: units are handed out while now < end
+	gen  uint64 // incremented by each new lease
+}
+
+// view is the backing store's answer for the pair at its latest call.
+type view struct {
+	remaining int64 // units left in the backing store (leases charged)
+	reset     int64 // µs until the backing store's state is full
+	at        int64 // the answer's time by the backing store's clock, µs
+	recv      int64 // local µs when it arrived; 0: never
+}
+
+// block is a refusal the backing store gave for need units: until local µs
+// until, calls needing at least as much from it are refused locally.
+type block struct {
+	need, until int64
+}
+
+// entry returns the entry of r in sh (locked), creating it, or nil when the
+// table is full.
+func (s *Store) entry(sh *shard, r *ratelimit.Request, now int64) *entry {
+	k := entryKey{r.Key, r.Limit.ID()}
+	if e := sh.m[k]; e != nil {
+		return e
+	}
+	if s.keys.Load() >= s.maxKeys {
+		return nil
+	}
+	s.keys.Add(1)
+	e := &entry{key: r.Key, limit: *r.Limit, slot: now / s.life}
+	e.cap = mulDiv(e.limit.Burst(), s.sharePPM, 1_000_000)
+	sh.m[k] = e
+	return e
+}
+
+// observe counts a request of cost units at now.
+func (e *entry) observe(now, cost, life int64) {
+	if slot := now / life; slot > e.slot {
+		if slot == e.slot+1 {
+			e.prevUnits, e.prevReqs = e.units, e.reqs
+		} else {
+			e.prevUnits, e.prevReqs = 0, 0
+		}
+		e.units, e.reqs, e.slot = 0, 0, slot
+	}
+	e.units = min(e.units+cost, 1<<62) // cost ≤ Burst < 2^51: no overflow
+	e.reqs++
+}
+
+// recent estimates what was asked for over the last lifetime, from the
+// counts of the current interval and the previous one (weighted by the
+// share of it still within the last lifetime), as a sliding-window counter
+// does.
+func recent(cur, prev, now, slot, life int64) int64 {
+	if now/life > slot+1 {
+		return 0
+	}
+	if now/life > slot { // the current interval ended: it is the previous one
+		return mulDiv(cur, life-(now-(slot+1)*life), life)
+	}
+	return cur + mulDiv(prev, life-(now-slot*life), life)
+}
+
+// hot reports whether this instance leases for the pair: it was asked for
+// at least hot requests within about the last lifetime.
+func (e *entry) hot(now, life, hot int64) bool {
+	return recent(e.reqs, e.prevReqs, now, e.slot, life) >= hot
+}
+
+// size returns the lease to ask for: the units asked for within about the
+// last lifetime, scaled to how long the lease will last (a window
+// algorithm's lease ends with its window), rounded up.
+func (e *entry) size(now int64, s *Store) int64 {
+	units := recent(e.units, e.prevUnits, now, e.slot, s.life)
+	d := s.life
+	switch e.limit.Algorithm() {
+	case ratelimit.FixedWindow, ratelimit.SlidingWindow:
+		if s.offsetKnown.Load() {
+			bn := now + s.offset.Load() // the backing store's clock, estimated
+			p := e.limit.Period().Microseconds()
+			left := p - bn%p
+			if e.limit.AlignsToFirstHit() {
+				left = p
+				if bn < e.winEnd {
+					left = e.winEnd - bn
+				}
+			}
+			d = min(d, max(1, left))
+		}
+	}
+	return max(1, mulDiv(units, d, s.life)+1)
+}
+
+// decision describes the pair to a caller at now: allowed (charged, or had
+// room in a refused stack), the backing store's state at its latest answer
+// plus the units this instance still holds, aged by the local time since.
+func (e *entry) decision(l *ratelimit.Limit, now int64, allowed bool) ratelimit.Decision {
+	el := max(0, now-e.view.recv)
+	return ratelimit.Decision{
+		Limit:     l,
+		Allowed:   allowed,
+		Remaining: min(l.Burst(), e.view.remaining+e.lease.left),
+		Reset:     time.Duration(max(0, e.view.reset-heldTime(l, e.lease.left)-el)) * time.Microsecond,
+		At:        e.view.at + el,
+	}
+}
+
+// heldTime returns how much sooner a bucket (token bucket, GCRA) would be
+// full if the held units had not been charged, µs: held units refill in
+// held × scale/drain µs, rounded down (exact when drain is 1, otherwise
+// within 1 µs). For a window algorithm, whose Reset is when its window's
+// count expires, it is 0.
+func heldTime(l *ratelimit.Limit, held int64) int64 {
+	switch l.Algorithm() {
+	case ratelimit.TokenBucket, ratelimit.GCRA:
+		if held > 0 {
+			scale, drain, _ := l.Params()
+			return held * scale / drain // held ≤ Burst: held × scale ≤ capacity < 2^51
+		}
+	}
+	return 0
+}
+
+// detachEnded takes the unused units of an ended lease out of it, to be
+// given back.
+func (e *entry) detachEnded(now int64, rets []ret) []ret {
+	if e.lease.left > 0 && now >= e.lease.end {
+		return e.detach(rets)
+	}
+	return rets
+}
+
+// detach takes the unused units of the lease out of it, ended or not.
+func (e *entry) detach(rets []ret) []ret {
+	if e.lease.left <= 0 {
+		return rets
+	}
+	rets = append(rets, ret{e.key, &e.limit, e.lease.left, e.lease.at})
+	e.lease.left = 0
+	return rets
+}
+
+// idle reports whether the entry can be forgotten: nothing leased, nothing
+// in flight, no refusal remembered, and not asked for in the current
+// interval or the one before.
+func (e *entry) idle(now, life int64) bool {
+	return e.lease.left == 0 && e.busy == nil && e.pins == 0 && now >= e.block.until && now/life > e.slot+1
+}
+
+// busyOf returns the channel of a refill in flight on one of ents, or nil.
+func busyOf(ents []*entry) chan struct{} {
+	for _, e := range ents {
+		if e.busy != nil {
+			return e.busy
+		}
+	}
+	return nil
+}
+
+// serveLocal decides the stack from the leases when each covers its cost
+// (a limit of cost 0 needs an answer from the backing store to describe),
+// charging all of them; it reports whether it did.
+func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now int64) bool {
+	for i, e := range ents {
+		if c := reqs[i].Cost; c > e.lease.left || c == 0 && e.view.recv == 0 {
+			return false
+		}
+	}
+	for i, e := range ents {
+		e.lease.left -= reqs[i].Cost
+		out[i] = e.decision(reqs[i].Limit, now, true)
+	}
+	return true
+}
+
+// refuseCached refuses the stack locally when one of its limits would need
+// at least as many units from the backing store as it refused within its
+// remembered refusal, and every other limit is covered by its lease or was
+// described by the backing store within the last lifetime; it reports
+// whether it did. Nothing is charged.
+func refuseCached(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now, life int64) bool {
+	blocked := false
+	for i, e := range ents {
+		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
+		switch {
+		case need > 0 && now < e.block.until && need >= e.block.need:
+			blocked = true
+		case need > 0 && (e.view.recv == 0 || now-e.view.recv >= life):
+			return false // nothing recent to describe it with
+		case need == 0 && e.view.recv == 0:
+			return false
+		}
+	}
+	if !blocked {
+		return false
+	}
+	for i, e := range ents {
+		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
+		d := e.decision(reqs[i].Limit, now, true)
+		if need > 0 && now < e.block.until && need >= e.block.need {
+			d.Allowed, d.RetryAfter = false, time.Duration(e.block.until-now)*time.Microsecond
+		}
+		out[i] = d
+	}
+	return true
+}

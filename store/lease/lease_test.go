@@ -1,0 +1,296 @@
+package lease_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/store/lease"
+)
+
+// TestHotKeyLeases follows one key from cold to hot on one instance, with
+// the defaults (hot at 10 requests per lifetime, leases of at most a tenth
+// of the burst) and a lifetime of 100 ms, the clock frozen at t0.
+//
+// PerSecond(100): burst 100, one unit refills every 10 ms.
+func TestHotKeyLeases(t *testing.T) {
+	f := newFleet(t, 1, lease.WithLifetime(100*time.Millisecond))
+	l := ptr(ratelimit.PerSecond(100))
+	// Requests 1 to 9: cold, one backing call each, the backing store's
+	// own decisions (Remaining 99..91; Reset is 10 ms per unit used).
+	for i := int64(1); i <= 9; i++ {
+		f.check(decision(l, true, 100-i, ms(10*i), 0), f.take1(0, "k", l, 1), "request %d", i)
+	}
+	require.Equal(t, 9, f.backing.calls())
+	// Request 10 makes the key hot (10 requests within the lifetime): one
+	// Take of 1 + 10 units, the lease being the demand of the last
+	// lifetime (10 units) + 1 capped by the share (0.1 × 100 = 10). The
+	// backing store has 91 − 11 = 80 left; with the 10 leased here the
+	// decision says 90, what one shared bucket would say after 10
+	// requests, and Reset 200 ms less the 100 ms the 10 leased units
+	// take to refill: also one shared bucket's.
+	f.check(decision(l, true, 90, ms(100), 0), f.take1(0, "k", l, 1), "request 10")
+	require.Equal(t, 10, f.backing.calls())
+	require.Equal(t, int64(20), f.backing.chargedTo("k", l))
+	// Requests 11 to 20 come from the lease: no backing call; Remaining
+	// counts down 89..80 and Reset up 110..200 ms, exactly.
+	for i := int64(11); i <= 20; i++ {
+		f.check(decision(l, true, 100-i, ms(10*i), 0), f.take1(0, "k", l, 1), "request %d", i)
+	}
+	require.Equal(t, 10, f.backing.calls())
+	// Request 21 finds the lease empty: one Take of 1 + 10 (demand 21
+	// units, capped at 10): backing 80 − 11 = 69, decision 69 + 10 = 79.
+	f.check(decision(l, true, 79, ms(210), 0), f.take1(0, "k", l, 1), "request 21")
+	require.Equal(t, 11, f.backing.calls())
+	require.Equal(t, int64(31), f.backing.chargedTo("k", l))
+	st := f.stores[0].Stats()
+	require.Equal(t, lease.Stats{Local: 10, Passed: 9, Refills: 2, BackingTakes: 2, Leased: 20, Held: 10, Keys: 1}, st)
+
+	// At t0+100ms the lease (sent at t0) has ended: Expire gives its 10
+	// units back. The backing store refilled 10 units meanwhile (100 ms at
+	// 10 ms per unit): 31 charged − 10 refilled − 10 returned = 11 in
+	// use, Remaining 89: exactly one shared bucket's state after the 21
+	// admitted requests.
+	f.at(ms(100))
+	f.expire(0)
+	got := f.peek("k", l)
+	require.Equal(t, int64(89), got.Remaining)
+	require.Equal(t, ms(110), got.Reset)
+	require.Equal(t, int64(21), f.backing.chargedTo("k", l))
+	st = f.stores[0].Stats()
+	require.Equal(t, uint64(1), st.Returns)
+	require.Equal(t, uint64(10), st.Returned)
+	require.Equal(t, int64(0), st.Held)
+}
+
+// TestStackedAllOrNothing: a stack of two hot limits on one key (hot from
+// the first request, WithHotThreshold(1)) is decided locally while both
+// leases cover it, refills only the limit that ran short, and when the
+// backing store refuses, charges nothing anywhere: the units reserved from
+// the other lease go back into it.
+//
+// rpm: PerSecond(100), burst 100, 10 ms per unit, leases ≤ 10 units.
+// tokens: PerSecond(1000), burst 1000, 1 ms per token, leases ≤ 100.
+func TestStackedAllOrNothing(t *testing.T) {
+	f := newFleet(t, 1, lease.WithHotThreshold(1))
+	rpm := ptr(ratelimit.PerSecond(100).Named("requests"))
+	tokens := ptr(ratelimit.PerSecond(1000).Named("tokens"))
+	stack := func(n int64) []ratelimit.Request {
+		return []ratelimit.Request{{Key: "k", Limit: rpm, Cost: 1}, {Key: "k", Limit: tokens, Cost: n}}
+	}
+	// Request 1 (1, 10): one Take of rpm 1 + 2 (demand 1 unit, + 1) and
+	// tokens 10 + 11 (demand 10, + 1). Backing: 97 and 979 left. The
+	// decisions add the leases back: what one shared bucket would say.
+	got := f.take(0, stack(10)...)
+	f.check(decision(rpm, true, 99, ms(10), 0), got[0])
+	f.check(decision(tokens, true, 990, ms(10), 0), got[1])
+	require.Equal(t, 1, f.backing.calls())
+	// Request 2 (1, 10): both leases cover it (2 ≥ 1, 11 ≥ 10): local.
+	got = f.take(0, stack(10)...)
+	f.check(decision(rpm, true, 98, ms(20), 0), got[0])
+	f.check(decision(tokens, true, 980, ms(20), 0), got[1])
+	require.Equal(t, 1, f.backing.calls())
+	// Request 3 (1, 10): rpm's lease covers it (1 left), tokens' does not
+	// (1 left): the 1 token is reserved and 9 + 31 (demand 30, + 1) are
+	// taken, tokens alone. Backing tokens: 979 − 40 = 939, + 31 leased.
+	got = f.take(0, stack(10)...)
+	f.check(decision(rpm, true, 97, ms(30), 0), got[0])
+	f.check(decision(tokens, true, 970, ms(30), 0), got[1])
+	require.Equal(t, 2, f.backing.calls())
+
+	// Another process spends all 939 tokens left in the backing store.
+	drain := make([]ratelimit.Decision, 1)
+	require.NoError(t, f.backing.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: tokens, Cost: 939}}, drain))
+	require.True(t, drain[0].Allowed)
+	calls := f.backing.calls() // 3, with this one
+
+	// Request 4 (1, 40): rpm's lease is empty (need 1, lease 4 + 1 = 5),
+	// tokens' has 31 (reserved; need 9, lease 70 + 1 = 71). One Take of
+	// (6, 80), refused: 0 tokens left. rpm had room for its 1 (97 left);
+	// tokens' 9 do not fit, so the request is refused, one call. Nothing
+	// is charged: the 31 tokens are back in the lease, and the decisions
+	// are the backing store's uncharged state plus the leases: rpm 97,
+	// tokens 0 + 31 (Reset 1000 − 31 ms). RetryAfter is for the 9
+	// tokens the request needs from the backing store, not the 80 asked:
+	// 9 ms.
+	got = f.take(0, stack(40)...)
+	f.check(decision(rpm, true, 97, ms(30), 0), got[0])
+	f.check(decision(tokens, false, 31, ms(969), ms(9)), got[1])
+	require.Equal(t, calls+1, f.backing.calls())
+	require.Equal(t, int64(3), f.backing.chargedTo("k", rpm))
+	require.Equal(t, int64(21+40+939), f.backing.chargedTo("k", tokens))
+
+	// The refusal is remembered for those 9 ms: at t0+1ms the same
+	// request is refused locally, RetryAfter 8 ms, and the states age by
+	// the 1 ms (Reset 29 ms and 968 ms).
+	f.at(ms(1))
+	got = f.take(0, stack(40)...)
+	f.check(decision(rpm, true, 97, ms(29), 0), got[0])
+	f.check(decision(tokens, false, 31, ms(968), ms(8)), got[1])
+	require.Equal(t, calls+1, f.backing.calls())
+	// A request that fits the tokens' lease (10 ≤ 31) is not blocked: it
+	// refills rpm only (need 1, lease 6 + 1 = 7, backing 97 − 8 = 89;
+	// Reset 109 ms less the 7 units' 70 ms: 4 units used, 1 ms drained).
+	got = f.take(0, stack(10)...)
+	f.check(decision(rpm, true, 89+7, ms(39), 0), got[0])
+	f.check(decision(tokens, true, 21, ms(978), 0), got[1])
+	require.Equal(t, calls+2, f.backing.calls())
+
+	// At t0+9ms the refusal is forgotten and the backing store has
+	// refilled 9 tokens. A request for 40 reserves the lease's 21 tokens
+	// and needs 19 from the backing store: refused again (one call), with
+	// RetryAfter 10 ms, the time until 19 tokens have refilled.
+	f.at(ms(9))
+	got = f.take(0, stack(40)...)
+	f.check(decision(tokens, false, 9+21, ms(991-21), ms(10)), got[1])
+	require.Equal(t, calls+3, f.backing.calls())
+	// At t0+19ms they have: the Take of 19 + a lease is refused (19 left,
+	// Remaining says so), and the second Take, of the request's 19 plus
+	// the 0 the answer says can still be granted, is admitted: two calls.
+	// rpm is served from its lease (7 − 1 = 6 left, the backing store's
+	// 89 at t0+1ms, Reset 109 − 60 − 18 = 31 ms).
+	f.at(ms(19))
+	got = f.take(0, stack(40)...)
+	f.check(decision(rpm, true, 89+6, ms(31), 0), got[0])
+	f.check(decision(tokens, true, 0, ms(1000), 0), got[1])
+	require.Equal(t, calls+5, f.backing.calls())
+	require.Equal(t, int64(3+8), f.backing.chargedTo("k", rpm))
+	require.Equal(t, int64(21+40+939+19), f.backing.chargedTo("k", tokens))
+}
+
+// TestPartialGrant: when the backing store cannot grant a whole lease, its
+// refusal says how many units are left (Remaining, exact for a bucket),
+// and the second Take asks for the request plus what is left; when another
+// instance takes those units in between, the third asks for the request
+// alone; when even the request no longer fits, it is refused.
+//
+// Every(1000, time.Second): 1 ms per unit. Hot at once, leases ≤ 500.
+func TestPartialGrant(t *testing.T) {
+	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(0.5))
+	l := ptr(ratelimit.Every(1000, time.Second))
+	var takes []int64 // the costs of the Takes reaching the backing store
+	var race int64    // units another instance takes before the second Take
+	f.backing.setBefore(func(reqs []ratelimit.Request) {
+		takes = append(takes, reqs[0].Cost)
+		if len(takes) == 2 && race > 0 {
+			out := make([]ratelimit.Decision, 1)
+			require.NoError(t, f.mem.Take(t.Context(), []ratelimit.Request{{Key: reqs[0].Key, Limit: l, Cost: race}}, out))
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		race  int64
+		takes []int64
+		want  ratelimit.Decision
+	}{
+		// 150 left: Take(100 + 101) is refused with Remaining 150, so
+		// Take(100 + 50) follows and is admitted: a lease of 50.
+		{"partial", 0, []int64{201, 150}, decision(l, true, 0+50, ms(1000-50), 0)},
+		// Another instance takes 30 first: Take(150) is refused with
+		// Remaining 120; Take(100) is admitted, no lease.
+		{"race", 30, []int64{201, 150, 100}, decision(l, true, 20, ms(1000)-ms(20), 0)},
+		// It takes 100: 50 left, the request does not fit: refused after
+		// two calls, RetryAfter the 50 ms until 100 units fit (not the
+		// 100 ms until the 150 asked for would).
+		{"refused", 100, []int64{201, 150}, decision(l, false, 50, ms(1000)-ms(50), ms(50))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := "k-" + tc.name
+			out := make([]ratelimit.Decision, 1)
+			require.NoError(t, f.mem.Take(t.Context(), []ratelimit.Request{{Key: key, Limit: l, Cost: 850}}, out))
+			takes, race = nil, tc.race
+			f.check(tc.want, f.take1(0, key, l, 100))
+			require.Equal(t, tc.takes, takes)
+		})
+	}
+}
+
+// TestWindowLeaseEndsWithItsWindow: a window algorithm's lease ends when
+// the window it was charged in ends, whatever its lifetime, so no unit is
+// handed out in a later window than the one that counted it; its unused
+// units are given back dated at the charge, so the refund of a window that
+// has passed is dropped.
+//
+// PerMinute(600): 600 units per minute-long window; hot at once, leases
+// ≤ 60 units, lifetime 1 s.
+func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
+	for _, a := range []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingWindow} {
+		t.Run(a.String(), func(t *testing.T) {
+			f := newFleet(t, 1, lease.WithHotThreshold(1))
+			l := ptr(ratelimit.PerMinute(600).WithAlgorithm(a))
+			// At 59.5 s: one Take of 1 + 2 (demand 1, + 1), charged to
+			// the window [0, 60 s); the lease ends with it, at 60 s,
+			// half its lifetime.
+			f.at(59500 * time.Millisecond)
+			got := f.take1(0, "k", l, 1)
+			require.Equal(t, int64(599), got.Remaining)
+			require.True(t, got.Allowed)
+			// At 59.999 s it still serves, locally.
+			f.at(59999 * time.Millisecond)
+			got = f.take1(0, "k", l, 1)
+			require.Equal(t, int64(598), got.Remaining)
+			require.Equal(t, 1, f.backing.calls())
+			// At 60 s it has ended: its last unit goes back dated 59.5 s
+			// and is dropped (that window has passed), and the request
+			// takes a new lease in the new window: 1 + 4 (demand 3 units
+			// in the last second, + 1; the offset between the clocks is
+			// now known, and the whole window is ahead).
+			f.at(60 * time.Second)
+			got = f.take1(0, "k", l, 1)
+			require.True(t, got.Allowed)
+			require.Equal(t, 3, f.backing.calls()) // the return, then the Take
+			require.Equal(t, int64(3-1+5), f.backing.chargedTo("k", l))
+			cur := f.peek("k", l)
+			switch a {
+			case ratelimit.FixedWindow:
+				// The refund of the window that has passed is dropped;
+				// the new window counts the new lease only: 600 − 5,
+				// and the decision adds the 4 leased.
+				require.Equal(t, int64(600-5), cur.Remaining)
+				require.Equal(t, int64(600-5+4), got.Remaining)
+			case ratelimit.SlidingWindow:
+				// The sliding window credits the refund to the previous
+				// window, which still weighs (fully, at its end): 600 −
+				// (3 − 1) − 5.
+				require.Equal(t, int64(600-2-5), cur.Remaining)
+				require.Equal(t, int64(600-2-5+4), got.Remaining)
+			}
+		})
+	}
+}
+
+// TestWindowLeaseSizedToTheWindowLeft: a lease charged 100 ms before its
+// window ends lasts 100 ms, and is sized for them: a tenth of the demand of
+// the last lifetime.
+func TestWindowLeaseSizedToTheWindowLeft(t *testing.T) {
+	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(1))
+	l := ptr(ratelimit.PerMinute(6000).WithAlgorithm(ratelimit.FixedWindow))
+	var costs []int64
+	f.backing.setBefore(func(reqs []ratelimit.Request) { costs = append(costs, reqs[0].Cost) })
+	// At 58.95 s the first request knows nothing of the clocks' offset and
+	// leases for a whole lifetime: 1 + 2 (demand 1, + 1).
+	f.at(58950 * time.Millisecond)
+	f.take1(0, "k", l, 1)
+	// At 59.9 s a request of 50 reserves the lease's 2 and needs 48. The
+	// demand of the last second is 50 (the interval 58..59 s, with its 1
+	// unit, weighs 10 %: 0 units, rounded down), and the window ends in
+	// 100 ms: a lease of 50 × 100 ms / 1 s + 1 = 6. Take(48 + 6).
+	f.at(59900 * time.Millisecond)
+	f.take1(0, "k", l, 50)
+	require.Equal(t, []int64{3, 54}, costs)
+	// It serves until the window ends, at 60 s...
+	f.at(59999 * time.Millisecond)
+	got := f.take1(0, "k", l, 1)
+	require.Equal(t, int64(6000-3-54+5), got.Remaining)
+	require.Equal(t, int64(5), f.stores[0].Stats().Held)
+	// ... and not at 60 s: Expire gives its 5 back (dated 59.9 s, dropped
+	// by the backing store: that window has passed).
+	f.at(60 * time.Second)
+	f.expire(0)
+	st := f.stores[0].Stats()
+	require.Equal(t, int64(0), st.Held)
+	require.Equal(t, uint64(5), st.Returned)
+	require.Equal(t, int64(6000), f.peek("k", l).Remaining)
+}
