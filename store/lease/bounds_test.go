@@ -96,17 +96,20 @@ func TestBucketBoundIsTight(t *testing.T) {
 	x := 500 * time.Millisecond
 	f.at(x - 100*time.Millisecond)
 	prime(a)
-	// At x, a's request of 1 leases 99 (its demand, 100, capped by the
-	// burst less the request): the whole burst is charged at x.
+	prime(a)
+	// At x, a's request of 1 leases 99 (its demand, 199 units in 1.5 s:
+	// 132 per lifetime, capped by the burst less the request): the whole
+	// burst is charged at x.
 	f.at(x)
 	require.True(t, one(a, 1))
 	require.Equal(t, int64(99), a.Stats().Held)
 	f.at(x + 900*time.Millisecond)
 	prime(b)
 	// At s = x + 1 s − 1 µs, the last microsecond of a's lease: a spends
-	// its 99; b's refill finds 9 units refilled (999,999 µs at 100 ms per
-	// unit) and, after a refused first Take, leases the 8 beyond its
-	// request, which it spends too.
+	// its 99; b's refill (its demand 100 units in 1.5 s: a lease of 66 + 1)
+	// finds 9 units refilled (999,999 µs at 100 ms per unit) and, after a
+	// refused first Take, leases the 8 beyond its request, which it
+	// spends too.
 	s := x + time.Second - time.Microsecond
 	f.at(s)
 	require.True(t, one(a, 99))

@@ -33,6 +33,7 @@ type entry struct {
 type lease struct {
 	left int64  // units not yet handed out
 	at   int64  // the charge, by the backing store's clock (µs)
+	recv int64  // local µs when the grant arrived
 	end  int64  // local µs: units are handed out while now < end
 	gen  uint64 // incremented by each new lease
 }
@@ -82,18 +83,21 @@ func (e *entry) observe(now, cost, life int64) {
 	e.reqs++
 }
 
-// recent estimates what was asked for over the last lifetime, from the
-// counts of the current interval and the previous one (weighted by the
-// share of it still within the last lifetime), as a sliding-window counter
-// does.
+// recent estimates what was asked for over one lifetime, from the counts
+// of the current interval and the one before: their sum over the time
+// they span (L + the time elapsed in the current interval), times L. A
+// steady demand of r per lifetime gives r wherever in its interval now
+// is, and a burst late in an interval still counts fully (the previous
+// interval's count is not weighted down, as a sliding-window counter
+// would weigh it).
 func recent(cur, prev, now, slot, life int64) int64 {
-	if now/life > slot+1 {
+	switch s := now / life; {
+	case s > slot+1:
 		return 0
+	case s == slot+1: // the current interval ended: it is the previous one
+		return mulDiv(cur, life, life+now-s*life)
 	}
-	if now/life > slot { // the current interval ended: it is the previous one
-		return mulDiv(cur, life-(now-(slot+1)*life), life)
-	}
-	return cur + mulDiv(prev, life-(now-slot*life), life)
+	return mulDiv(prev+cur, life, life+max(0, now-slot*life))
 }
 
 // hot reports whether this instance leases for the pair: it was asked for
@@ -157,12 +161,20 @@ func heldTime(l *ratelimit.Limit, held int64) int64 {
 }
 
 // detachEnded takes the unused units of an ended lease out of it, to be
-// given back.
-func (e *entry) detachEnded(now int64, rets []ret) []ret {
-	if e.lease.left > 0 && now >= e.lease.end {
-		return e.detach(rets)
+// given back, and returns how many it dropped instead: those of a fixed
+// window whose window has certainly passed by the backing store's clock
+// (its clock at the grant plus the local time since, a lower bound), for
+// which the backing store would drop the refund.
+func (e *entry) detachEnded(now int64, rets []ret) ([]ret, int64) {
+	if e.lease.left <= 0 || now < e.lease.end {
+		return rets, 0
 	}
-	return rets
+	if e.limit.Algorithm() == ratelimit.FixedWindow && e.lease.at+now-e.lease.recv >= e.winEnd {
+		n := e.lease.left
+		e.lease.left = 0
+		return rets, n
+	}
+	return e.detach(rets), 0
 }
 
 // detach takes the unused units of the lease out of it, ended or not.

@@ -58,7 +58,7 @@ type Store struct {
 	done      chan struct{} // closed by the expiry goroutine when it ends
 
 	passed, refills, backingTakes, returns, adjusts, errs atomic.Uint64
-	leased, returned, lost                                atomic.Uint64
+	leased, returned, lost, dropped                       atomic.Uint64
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -291,7 +291,9 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 			}
 		}
 		for _, e := range ents {
-			rets = e.detachEnded(now, rets)
+			var dropped int64
+			rets, dropped = e.detachEnded(now, rets)
+			s.dropped.Add(uint64(dropped))
 		}
 		if serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life) {
 			s.shards[locked[0]].local++
@@ -497,7 +499,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 		e.view = view{remaining: d.Remaining, reset: d.Reset.Microseconds(), at: d.At, recv: recv}
 		e.block = block{}
 		if c.busy && c.extra > 0 {
-			e.lease = lease{left: c.extra, at: d.At, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
+			e.lease = lease{left: c.extra, at: d.At, recv: recv, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
 			e.winEnd = windowEnd(l, d)
 			s.leased.Add(uint64(c.extra))
 		}
@@ -673,7 +675,9 @@ func (s *Store) Expire(ctx context.Context) error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.m {
-			rets = e.detachEnded(now, rets)
+			var dropped int64
+			rets, dropped = e.detachEnded(now, rets)
+			s.dropped.Add(uint64(dropped))
 			if e.idle(now, s.life) {
 				delete(sh.m, k)
 				s.keys.Add(-1)
@@ -757,6 +761,10 @@ type Stats struct {
 	// Lost counts unused units whose return failed: charged in the
 	// backing store and never used.
 	Lost uint64
+	// Dropped counts unused units of fixed-window leases that ended
+	// with their window: the backing store would drop their refund (the
+	// window has passed), so none is sent.
+	Dropped uint64
 	// Held is the number of units in this instance's leases now, live or
 	// ended and not yet returned.
 	Held int64
@@ -781,6 +789,7 @@ func (s *Store) Stats() Stats {
 		Leased:       s.leased.Load(),
 		Returned:     s.returned.Load(),
 		Lost:         s.lost.Load(),
+		Dropped:      s.dropped.Load(),
 		Keys:         s.keys.Load(),
 	}
 	for i := range s.shards {

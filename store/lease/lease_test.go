@@ -262,8 +262,8 @@ func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
 }
 
 // TestWindowLeaseSizedToTheWindowLeft: a lease charged 100 ms before its
-// window ends lasts 100 ms, and is sized for them: a tenth of the demand of
-// the last lifetime.
+// window ends lasts 100 ms, and is sized for them: a tenth of a lifetime's
+// demand.
 func TestWindowLeaseSizedToTheWindowLeft(t *testing.T) {
 	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(1))
 	l := ptr(ratelimit.PerMinute(6000).WithAlgorithm(ratelimit.FixedWindow))
@@ -274,23 +274,23 @@ func TestWindowLeaseSizedToTheWindowLeft(t *testing.T) {
 	f.at(58950 * time.Millisecond)
 	f.take1(0, "k", l, 1)
 	// At 59.9 s a request of 50 reserves the lease's 2 and needs 48. The
-	// demand of the last second is 50 (the interval 58..59 s, with its 1
-	// unit, weighs 10 %: 0 units, rounded down), and the window ends in
-	// 100 ms: a lease of 50 × 100 ms / 1 s + 1 = 6. Take(48 + 6).
+	// demand is 51 units in the 1.9 s since 58 s: 26 per lifetime,
+	// rounded down; the window ends in 100 ms, so the lease is 26 ×
+	// 100 ms / 1 s + 1 = 3. Take(48 + 3).
 	f.at(59900 * time.Millisecond)
 	f.take1(0, "k", l, 50)
-	require.Equal(t, []int64{3, 54}, costs)
+	require.Equal(t, []int64{3, 51}, costs)
 	// It serves until the window ends, at 60 s...
 	f.at(59999 * time.Millisecond)
 	got := f.take1(0, "k", l, 1)
-	require.Equal(t, int64(6000-3-54+5), got.Remaining)
-	require.Equal(t, int64(5), f.stores[0].Stats().Held)
-	// ... and not at 60 s: Expire gives its 5 back (dated 59.9 s, dropped
+	require.Equal(t, int64(6000-3-51+2), got.Remaining)
+	require.Equal(t, int64(2), f.stores[0].Stats().Held)
+	// ... and not at 60 s: Expire gives its 2 back (dated 59.9 s, dropped
 	// by the backing store: that window has passed).
 	f.at(60 * time.Second)
 	f.expire(0)
 	st := f.stores[0].Stats()
 	require.Equal(t, int64(0), st.Held)
-	require.Equal(t, uint64(5), st.Returned)
+	require.Equal(t, uint64(2), st.Returned)
 	require.Equal(t, int64(6000), f.peek("k", l).Remaining)
 }
