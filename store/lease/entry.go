@@ -100,10 +100,18 @@ func recent(cur, prev, now, slot, life int64) int64 {
 	return mulDiv(prev+cur, life, life+max(0, now-slot*life))
 }
 
-// hot reports whether this instance leases for the pair: it was asked for
-// at least hot requests within about the last lifetime.
+// hot reports whether this instance leases for the pair: it was asked at
+// least hot times within the current lifetime-long interval and the one
+// before it (so within the last one to two lifetimes: a burst is hot
+// wherever in its interval it falls).
 func (e *entry) hot(now, life, hot int64) bool {
-	return recent(e.reqs, e.prevReqs, now, e.slot, life) >= hot
+	switch s := now / life; {
+	case s > e.slot+1:
+		return false
+	case s == e.slot+1:
+		return e.reqs >= hot
+	}
+	return e.reqs+e.prevReqs >= hot
 }
 
 // size returns the lease to ask for: the units asked for within about the

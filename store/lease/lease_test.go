@@ -131,10 +131,12 @@ func TestStackedAllOrNothing(t *testing.T) {
 	f.check(decision(tokens, false, 31, ms(968), ms(8)), got[1])
 	require.Equal(t, calls+1, f.backing.calls())
 	// A request that fits the tokens' lease (10 ≤ 31) is not blocked: it
-	// refills rpm only (need 1, lease 6 + 1 = 7, backing 97 − 8 = 89;
-	// Reset 109 ms less the 7 units' 70 ms: 4 units used, 1 ms drained).
+	// refills rpm only (need 1; lease 5 + 1 = 6, the demand being 6 units
+	// in the 1.001 s since the interval before began, 5.99 per lifetime
+	// rounded down; backing 97 − 7 = 90; Reset 99 ms less the 6 units'
+	// 60 ms: 4 units used, 1 ms drained).
 	got = f.take(0, stack(10)...)
-	f.check(decision(rpm, true, 89+7, ms(39), 0), got[0])
+	f.check(decision(rpm, true, 90+6, ms(39), 0), got[0])
 	f.check(decision(tokens, true, 21, ms(978), 0), got[1])
 	require.Equal(t, calls+2, f.backing.calls())
 
@@ -149,14 +151,14 @@ func TestStackedAllOrNothing(t *testing.T) {
 	// At t0+19ms they have: the Take of 19 + a lease is refused (19 left,
 	// Remaining says so), and the second Take, of the request's 19 plus
 	// the 0 the answer says can still be granted, is admitted: two calls.
-	// rpm is served from its lease (7 − 1 = 6 left, the backing store's
-	// 89 at t0+1ms, Reset 109 − 60 − 18 = 31 ms).
+	// rpm is served from its lease (6 − 1 = 5 left, the backing store's
+	// 90 at t0+1ms, Reset 99 − 50 − 18 = 31 ms).
 	f.at(ms(19))
 	got = f.take(0, stack(40)...)
-	f.check(decision(rpm, true, 89+6, ms(31), 0), got[0])
+	f.check(decision(rpm, true, 90+5, ms(31), 0), got[0])
 	f.check(decision(tokens, true, 0, ms(1000), 0), got[1])
 	require.Equal(t, calls+5, f.backing.calls())
-	require.Equal(t, int64(3+8), f.backing.chargedTo("k", rpm))
+	require.Equal(t, int64(3+7), f.backing.chargedTo("k", rpm))
 	require.Equal(t, int64(21+40+939+19), f.backing.chargedTo("k", tokens))
 }
 
@@ -209,9 +211,10 @@ func TestPartialGrant(t *testing.T) {
 
 // TestWindowLeaseEndsWithItsWindow: a window algorithm's lease ends when
 // the window it was charged in ends, whatever its lifetime, so no unit is
-// handed out in a later window than the one that counted it; its unused
-// units are given back dated at the charge, so the refund of a window that
-// has passed is dropped.
+// handed out in a later window than the one that counted it. Its unused
+// units go back dated at the charge: a sliding window credits them to the
+// previous window, which still weighs; a fixed window would drop the
+// refund of a window that has passed, so none is sent.
 //
 // PerMinute(600): 600 units per minute-long window; hot at once, leases
 // ≤ 60 units, lifetime 1 s.
@@ -220,42 +223,47 @@ func TestWindowLeaseEndsWithItsWindow(t *testing.T) {
 		t.Run(a.String(), func(t *testing.T) {
 			f := newFleet(t, 1, lease.WithHotThreshold(1))
 			l := ptr(ratelimit.PerMinute(600).WithAlgorithm(a))
-			// At 59.5 s: one Take of 1 + 2 (demand 1, + 1), charged to
-			// the window [0, 60 s); the lease ends with it, at 60 s,
-			// half its lifetime.
+			// At 59.5 s a request of 3 takes 3 + 3 (its demand: 3 units in
+			// the 1.5 s since 58 s, 2 per lifetime, + 1), charged to the
+			// window [0, 60 s); the lease ends with the window, at 60 s,
+			// after half its lifetime.
 			f.at(59500 * time.Millisecond)
-			got := f.take1(0, "k", l, 1)
-			require.Equal(t, int64(599), got.Remaining)
+			got := f.take1(0, "k", l, 3)
 			require.True(t, got.Allowed)
+			require.Equal(t, int64(600-6+3), got.Remaining)
 			// At 59.999 s it still serves, locally.
 			f.at(59999 * time.Millisecond)
 			got = f.take1(0, "k", l, 1)
-			require.Equal(t, int64(598), got.Remaining)
+			require.Equal(t, int64(600-6+2), got.Remaining)
 			require.Equal(t, 1, f.backing.calls())
-			// At 60 s it has ended: its last unit goes back dated 59.5 s
-			// and is dropped (that window has passed), and the request
-			// takes a new lease in the new window: 1 + 4 (demand 3 units
-			// in the last second, + 1; the offset between the clocks is
-			// now known, and the whole window is ahead).
+			// At 60 s it has ended with 2 units, and the request takes a
+			// new lease in the new window: 1 + 6 (4 units asked in the
+			// interval before, 1 in this one, at its start: 5 per
+			// lifetime, + 1; the clocks' offset is known by now, and the
+			// whole window is ahead).
 			f.at(60 * time.Second)
 			got = f.take1(0, "k", l, 1)
 			require.True(t, got.Allowed)
-			require.Equal(t, 3, f.backing.calls()) // the return, then the Take
-			require.Equal(t, int64(3-1+5), f.backing.chargedTo("k", l))
-			cur := f.peek("k", l)
+			st := f.stores[0].Stats()
 			switch a {
 			case ratelimit.FixedWindow:
-				// The refund of the window that has passed is dropped;
-				// the new window counts the new lease only: 600 − 5,
-				// and the decision adds the 4 leased.
-				require.Equal(t, int64(600-5), cur.Remaining)
-				require.Equal(t, int64(600-5+4), got.Remaining)
+				// The 2 units are dropped: no call. The new window
+				// counts the new lease only: 600 − 7, and the decision
+				// adds the 6 leased.
+				require.Equal(t, 2, f.backing.calls())
+				require.Equal(t, uint64(2), st.Dropped)
+				require.Equal(t, int64(6+7), f.backing.chargedTo("k", l))
+				require.Equal(t, int64(600-7), f.peek("k", l).Remaining)
+				require.Equal(t, int64(600-7+6), got.Remaining)
 			case ratelimit.SlidingWindow:
-				// The sliding window credits the refund to the previous
-				// window, which still weighs (fully, at its end): 600 −
-				// (3 − 1) − 5.
-				require.Equal(t, int64(600-2-5), cur.Remaining)
-				require.Equal(t, int64(600-2-5+4), got.Remaining)
+				// The 2 units go back, dated 59.5 s, before the refill:
+				// the previous window counts 6 − 2, weighing fully at
+				// its end: 600 − 4 − 7.
+				require.Equal(t, 3, f.backing.calls())
+				require.Equal(t, uint64(2), st.Returned)
+				require.Equal(t, int64(6-2+7), f.backing.chargedTo("k", l))
+				require.Equal(t, int64(600-4-7), f.peek("k", l).Remaining)
+				require.Equal(t, int64(600-4-7+6), got.Remaining)
 			}
 		})
 	}
@@ -270,27 +278,30 @@ func TestWindowLeaseSizedToTheWindowLeft(t *testing.T) {
 	var costs []int64
 	f.backing.setBefore(func(reqs []ratelimit.Request) { costs = append(costs, reqs[0].Cost) })
 	// At 58.95 s the first request knows nothing of the clocks' offset and
-	// leases for a whole lifetime: 1 + 2 (demand 1, + 1).
+	// leases for a whole lifetime: 1 + 1 (demand: 1 unit in the 1.95 s
+	// since 57 s, 0 per lifetime rounded down, + 1). The lease ends at
+	// 59.95 s.
 	f.at(58950 * time.Millisecond)
 	f.take1(0, "k", l, 1)
-	// At 59.9 s a request of 50 reserves the lease's 2 and needs 48. The
+	// At 59.9 s a request of 50 reserves the lease's 1 and needs 49. The
 	// demand is 51 units in the 1.9 s since 58 s: 26 per lifetime,
 	// rounded down; the window ends in 100 ms, so the lease is 26 ×
-	// 100 ms / 1 s + 1 = 3. Take(48 + 3).
+	// 100 ms / 1 s + 1 = 3. Take(49 + 3).
 	f.at(59900 * time.Millisecond)
 	f.take1(0, "k", l, 50)
-	require.Equal(t, []int64{3, 51}, costs)
+	require.Equal(t, []int64{2, 52}, costs)
 	// It serves until the window ends, at 60 s...
 	f.at(59999 * time.Millisecond)
 	got := f.take1(0, "k", l, 1)
-	require.Equal(t, int64(6000-3-51+2), got.Remaining)
+	require.Equal(t, int64(6000-2-52+2), got.Remaining)
 	require.Equal(t, int64(2), f.stores[0].Stats().Held)
-	// ... and not at 60 s: Expire gives its 2 back (dated 59.9 s, dropped
-	// by the backing store: that window has passed).
+	// ... and not at 60 s: Expire drops its 2 (the backing store would
+	// drop their refund, that window having passed).
 	f.at(60 * time.Second)
 	f.expire(0)
 	st := f.stores[0].Stats()
 	require.Equal(t, int64(0), st.Held)
-	require.Equal(t, uint64(2), st.Returned)
+	require.Equal(t, uint64(2), st.Dropped)
+	require.Equal(t, []int64{2, 52}, costs, "no call")
 	require.Equal(t, int64(6000), f.peek("k", l).Remaining)
 }
