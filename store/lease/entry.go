@@ -11,8 +11,17 @@ import (
 // remembered refusal. Its fields are guarded by its shard's lock.
 type entry struct {
 	key   string
-	limit ratelimit.Limit // a copy, for returns and sizing: requests may change theirs
-	cap   int64           // floor(share × Burst): the most units a lease holds
+	limit *ratelimit.Limit // a copy, for returns: requests may change theirs
+
+	// The limit's parameters, read once: Limit's accessors have value
+	// receivers, and each call through a pointer copies the whole Limit.
+	algo         ratelimit.Algorithm
+	leasable     bool
+	firstHit     bool
+	burst        int64
+	scale, drain int64 // refilling one unit takes scale/drain µs
+	period       int64 // µs
+	cap          int64 // floor(share × Burst): the most units a lease holds
 
 	// Demand: units and requests asked for in the lifetime-long interval
 	// number slot (local µs / L) and in the one before it.
@@ -63,8 +72,12 @@ func (s *Store) entry(sh *shard, r *ratelimit.Request, now int64) *entry {
 		return nil
 	}
 	s.keys.Add(1)
-	e := &entry{key: r.Key, limit: *r.Limit, slot: now / s.life}
-	e.cap = mulDiv(e.limit.Burst(), s.sharePPM, 1_000_000)
+	l := *r.Limit
+	e := &entry{key: r.Key, limit: &l, slot: now / s.life,
+		algo: l.Algorithm(), leasable: leasable(l.Algorithm()), firstHit: l.AlignsToFirstHit(),
+		burst: l.Burst(), period: l.Period().Microseconds()}
+	e.scale, e.drain, _ = l.Params()
+	e.cap = mulDiv(e.burst, s.sharePPM, 1_000_000)
 	sh.m[k] = e
 	return e
 }
@@ -120,13 +133,13 @@ func (e *entry) hot(now, life, hot int64) bool {
 func (e *entry) size(now int64, s *Store) int64 {
 	units := recent(e.units, e.prevUnits, now, e.slot, s.life)
 	d := s.life
-	switch e.limit.Algorithm() {
+	switch e.algo {
 	case ratelimit.FixedWindow, ratelimit.SlidingWindow:
 		if s.offsetKnown.Load() {
 			bn := now + s.offset.Load() // the backing store's clock, estimated
-			p := e.limit.Period().Microseconds()
+			p := e.period
 			left := p - bn%p
-			if e.limit.AlignsToFirstHit() {
+			if e.firstHit {
 				left = p
 				if bn < e.winEnd {
 					left = e.winEnd - bn
@@ -146,8 +159,8 @@ func (e *entry) decision(l *ratelimit.Limit, now int64, allowed bool) ratelimit.
 	return ratelimit.Decision{
 		Limit:     l,
 		Allowed:   allowed,
-		Remaining: min(l.Burst(), e.view.remaining+e.lease.left),
-		Reset:     time.Duration(max(0, e.view.reset-heldTime(l, e.lease.left)-el)) * time.Microsecond,
+		Remaining: min(e.burst, e.view.remaining+e.lease.left),
+		Reset:     time.Duration(max(0, e.view.reset-e.heldTime(e.lease.left)-el)) * time.Microsecond,
 		At:        e.view.at + el,
 	}
 }
@@ -157,12 +170,11 @@ func (e *entry) decision(l *ratelimit.Limit, now int64, allowed bool) ratelimit.
 // held × scale/drain µs, rounded down (exact when drain is 1, otherwise
 // within 1 µs). For a window algorithm, whose Reset is when its window's
 // count expires, it is 0.
-func heldTime(l *ratelimit.Limit, held int64) int64 {
-	switch l.Algorithm() {
+func (e *entry) heldTime(held int64) int64 {
+	switch e.algo {
 	case ratelimit.TokenBucket, ratelimit.GCRA:
 		if held > 0 {
-			scale, drain, _ := l.Params()
-			return held * scale / drain // held ≤ Burst: held × scale ≤ capacity < 2^51
+			return held * e.scale / e.drain // held ≤ Burst: held × scale ≤ capacity < 2^51
 		}
 	}
 	return 0
@@ -177,7 +189,7 @@ func (e *entry) detachEnded(now int64, rets []ret) ([]ret, int64) {
 	if e.lease.left <= 0 || now < e.lease.end {
 		return rets, 0
 	}
-	if e.limit.Algorithm() == ratelimit.FixedWindow && e.lease.at+now-e.lease.recv >= e.winEnd {
+	if e.algo == ratelimit.FixedWindow && e.lease.at+now-e.lease.recv >= e.winEnd {
 		n := e.lease.left
 		e.lease.left = 0
 		return rets, n
@@ -190,7 +202,7 @@ func (e *entry) detach(rets []ret) []ret {
 	if e.lease.left <= 0 {
 		return rets
 	}
-	rets = append(rets, ret{e.key, &e.limit, e.lease.left, e.lease.at})
+	rets = append(rets, ret{e.key, e.limit, e.lease.left, e.lease.at})
 	e.lease.left = 0
 	return rets
 }
@@ -217,7 +229,7 @@ func busyOf(ents []*entry) chan struct{} {
 // charging all of them; it reports whether it did.
 func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now int64) bool {
 	for i, e := range ents {
-		if c := reqs[i].Cost; c > e.lease.left || c == 0 && e.view.recv == 0 {
+		if c := reqs[i].Cost; c > 0 && (c > e.lease.left || now >= e.lease.end) || c == 0 && e.view.recv == 0 {
 			return false
 		}
 	}
@@ -236,6 +248,9 @@ func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entr
 func refuseCached(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now, life int64) bool {
 	blocked := false
 	for i, e := range ents {
+		if e.lease.left > 0 && now >= e.lease.end {
+			return false // an ended lease to give back first
+		}
 		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
 		switch {
 		case need > 0 && now < e.block.until && need >= e.block.need:

@@ -196,30 +196,39 @@ func leasable(a ratelimit.Algorithm) bool {
 	return false
 }
 
-// decorates reports whether the Store decides reqs (valid and non-empty)
-// itself rather than passing them through: the Store is open, the stack
-// is at most stackN long, every limit is leasable, some cost is positive
-// (a peek reads the backing store's exact state), no cost exceeds its
-// limit's burst (the backing store answers RetryNever with its state),
-// and no (key, limit) pair appears twice.
+// decorates reports, before the entries are looked up, whether the Store
+// may decide reqs (valid and non-empty) itself rather than pass them
+// through: the Store is open, the stack is at most stackN long and some
+// cost is positive (a peek reads the backing store's exact state). take
+// checks the rest on the entries: see decorated.
 func (s *Store) decorates(reqs []ratelimit.Request) bool {
 	if s.closed.Load() || len(reqs) > stackN {
 		return false
 	}
-	charged := false
 	for i := range reqs {
-		r := &reqs[i]
-		if !leasable(r.Limit.Algorithm()) || r.Cost > r.Limit.Burst() {
+		if reqs[i].Cost > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// decorated reports whether the Store decides the stack whose entries are
+// ents: every limit is leasable, no cost exceeds its limit's burst (the
+// backing store answers RetryNever with its state), and no (key, limit)
+// pair appears twice (it would be charged twice, in order).
+func decorated(reqs []ratelimit.Request, ents []*entry) bool {
+	for i, e := range ents {
+		if !e.leasable || reqs[i].Cost > e.burst {
 			return false
 		}
-		charged = charged || r.Cost > 0
-		for j := range i {
-			if reqs[j].Key == r.Key && reqs[j].Limit.ID() == r.Limit.ID() {
+		for _, o := range ents[:i] {
+			if o == e {
 				return false
 			}
 		}
 	}
-	return charged
+	return true
 }
 
 // call is the plan for one request of a stack that needs the backing
@@ -241,43 +250,87 @@ type ret struct {
 	at    int64 // the lease's charge, backing µs: Request.At of the refund
 }
 
-// take decides a call that the Store decorates.
+// take decides a call that the Store decorates: locally when it can, in
+// one pass under the locks of its keys' shards, allocating nothing;
+// otherwise through slow.
 func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	n := len(reqs)
 	var (
-		entA   [stackN]*entry
-		idxA   [stackN]uint32
-		lockA  [stackN]uint32
-		callA  [stackN]call
-		retA   [stackN]ret
-		breqA  [stackN]ratelimit.Request
-		boutA  [stackN]ratelimit.Decision
-		inA    [stackN]int
-		shards = idxA[:n]
+		entA          [stackN]*entry
+		idxA, lockA   [stackN]uint32
+		shards, ents  = idxA[:n], entA[:n]
+		locked        []uint32
+		observedLocal bool
 	)
-	ents, calls := entA[:n], callA[:n]
 	for i := range reqs {
 		shards[i] = s.shardOf(reqs[i].Key)
 	}
-	locked := sortedUnique(lockA[:0], shards)
-	observed := false
+	locked = sortedUnique(lockA[:0], shards)
+	s.lock(locked)
+	now := s.now()
+	for i := range reqs {
+		e := s.entry(&s.shards[shards[i]], &reqs[i], now)
+		if e == nil { // the table is full
+			s.unlock(locked)
+			return s.pass(ctx, reqs, out)
+		}
+		ents[i] = e
+	}
+	if !decorated(reqs, ents) {
+		s.unlock(locked)
+		return s.pass(ctx, reqs, out)
+	}
+	for i, e := range ents {
+		e.observe(now, reqs[i].Cost, s.life)
+	}
+	if busyOf(ents) == nil && (serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life)) {
+		s.shards[locked[0]].local++
+		observedLocal = true
+	}
+	s.unlock(locked)
+	if observedLocal {
+		return nil
+	}
+	return s.slow(ctx, reqs, out, shards, locked)
+}
+
+// scratch is the working memory of slow, pooled: its arrays reach the
+// backing store through an interface, so they would escape to the heap.
+type scratch struct {
+	ents  [stackN]*entry
+	calls [stackN]call
+	rets  [stackN]ret
+	breqs [stackN]ratelimit.Request
+	bout  [stackN]ratelimit.Decision
+	in    [stackN]int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// slow decides a call that take could not decide locally (the demand is
+// counted already): it waits for a refill of one of its leases in flight,
+// gives back the units of ended leases, and makes the backing call that
+// charges the request and refills the leases of its hot limits, then
+// decides again when a lease it reserved units from ended meanwhile.
+func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision, shards, locked []uint32) error {
+	sc := scratchPool.Get().(*scratch)
+	defer func() {
+		*sc = scratch{} // drop the pointers
+		scratchPool.Put(sc)
+	}()
+	n := len(reqs)
+	ents, calls := sc.ents[:n], sc.calls[:n]
 	for {
-		rets := retA[:0]
+		rets := sc.rets[:0]
 		s.lock(locked)
 		now := s.now()
 		for i := range reqs {
 			e := s.entry(&s.shards[shards[i]], &reqs[i], now)
-			if e == nil { // the table is full
+			if e == nil { // forgotten since, and the table is full
 				s.unlock(locked)
 				return s.pass(ctx, reqs, out)
 			}
 			ents[i] = e
-		}
-		if !observed {
-			for i, e := range ents {
-				e.observe(now, reqs[i].Cost, s.life)
-			}
-			observed = true
 		}
 		if ch := busyOf(ents); ch != nil {
 			// Another call is refilling one of these leases: wait for
@@ -292,8 +345,9 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 		}
 		for _, e := range ents {
 			var dropped int64
-			rets, dropped = e.detachEnded(now, rets)
-			s.dropped.Add(uint64(dropped))
+			if rets, dropped = e.detachEnded(now, rets); dropped > 0 {
+				s.dropped.Add(uint64(dropped))
+			}
 		}
 		if serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life) {
 			s.shards[locked[0]].local++
@@ -310,7 +364,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 			*c = call{from: min(e.lease.left, cost)}
 			c.need = cost - c.from
 			if c.need > 0 && e.cap > 0 && e.hot(now, s.life, s.hot) {
-				c.extra = min(e.size(now, s), e.cap, reqs[i].Limit.Burst()-c.need)
+				c.extra = min(e.size(now, s), e.cap, e.burst-c.need)
 			}
 			leases = leases || c.from > 0 || c.extra > 0
 		}
@@ -320,7 +374,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 			return s.pass(ctx, reqs, out)
 		}
 		var ch chan struct{}
-		in := inA[:0]
+		in := sc.in[:0]
 		for i, e := range ents {
 			c := &calls[i]
 			e.pins++
@@ -347,7 +401,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 		rets = rets[:0]
 
 		s.refills.Add(1)
-		breqs, bout := breqA[:len(in)], boutA[:len(in)]
+		breqs, bout := sc.breqs[:len(in)], sc.bout[:len(in)]
 		allowed, sent, recv, err := s.refill(ctx, reqs, calls, in, breqs, bout)
 
 		s.lock(locked)
@@ -417,7 +471,7 @@ func restoreUnits(ents []*entry, calls []call, now int64, rets []ret) []ret {
 		if e.lease.gen == c.fromGen && now < e.lease.end {
 			e.lease.left += c.from
 		} else {
-			rets = append(rets, ret{e.key, &e.limit, c.from, c.fromAt})
+			rets = append(rets, ret{e.key, e.limit, c.from, c.fromAt})
 		}
 	}
 	return rets

@@ -61,6 +61,12 @@ func redisAddr(t *testing.T, real bool) (addr, prefix string) {
 	return redistest.Addr(t), redistest.Prefix(t)
 }
 
+// redisAddrB is redisAddr(real) for a benchmark.
+func redisAddrB(b *testing.B) (addr, prefix string) {
+	b.Helper()
+	return redistest.Addr(b), redistest.Prefix(b)
+}
+
 // process is one simulated process: its own Redis client (with a command
 // counter), Redis store and lease.Store.
 type process struct {
