@@ -50,9 +50,20 @@ type lease struct {
 // view is the backing store's answer for the pair at its latest call.
 type view struct {
 	remaining int64 // units left in the backing store (leases charged)
-	reset     int64 // µs until the backing store's state is full
-	at        int64 // the answer's time by the backing store's clock, µs
-	recv      int64 // local µs when it arrived; 0: never
+	// unleased is the backing store's Reset at the answer less the time
+	// the units then held here take to refill (for a bucket): when it
+	// would have been full had they not been charged, µs from recv.
+	unleased int64
+	used     int64 // units handed out here since the answer
+	at       int64 // the answer's time by the backing store's clock, µs
+	recv     int64 // local µs when it arrived; 0: never
+}
+
+// setView records the backing store's answer d for the pair, which arrived
+// at recv, with the units the lease holds now.
+func (e *entry) setView(d *ratelimit.Decision, recv int64) {
+	e.view = view{remaining: d.Remaining, unleased: max(0, d.Reset.Microseconds()-e.unitTime(e.lease.left)),
+		at: d.At, recv: recv}
 }
 
 // block is a refusal the backing store gave for need units: until local µs
@@ -152,29 +163,32 @@ func (e *entry) size(now int64, s *Store) int64 {
 }
 
 // decision describes the pair to a caller at now: allowed (charged, or had
-// room in a refused stack), the backing store's state at its latest answer
-// plus the units this instance still holds, aged by the local time since.
+// room in a refused stack), from the backing store's state at its latest
+// answer and the local use since. Remaining is the backing store's
+// Remaining then plus the units this instance still holds (what refilled
+// since is not counted); Reset is when the backing store would have been
+// full had the units held then not been charged, aged by the local time
+// since, plus the time the units handed out since take to refill.
 func (e *entry) decision(l *ratelimit.Limit, now int64, allowed bool) ratelimit.Decision {
 	el := max(0, now-e.view.recv)
 	return ratelimit.Decision{
 		Limit:     l,
 		Allowed:   allowed,
 		Remaining: min(e.burst, e.view.remaining+e.lease.left),
-		Reset:     time.Duration(max(0, e.view.reset-e.heldTime(e.lease.left)-el)) * time.Microsecond,
+		Reset:     time.Duration(max(0, e.view.unleased-el)+e.unitTime(e.view.used)) * time.Microsecond,
 		At:        e.view.at + el,
 	}
 }
 
-// heldTime returns how much sooner a bucket (token bucket, GCRA) would be
-// full if the held units had not been charged, µs: held units refill in
-// held × scale/drain µs, rounded down (exact when drain is 1, otherwise
-// within 1 µs). For a window algorithm, whose Reset is when its window's
-// count expires, it is 0.
-func (e *entry) heldTime(held int64) int64 {
+// unitTime returns how long n units of a bucket (token bucket, GCRA) take
+// to refill, µs: n × scale/drain, rounded down (exact when drain is 1,
+// otherwise within 1 µs). For a window algorithm, whose Reset is when its
+// window's count expires whatever the count, it is 0.
+func (e *entry) unitTime(n int64) int64 {
 	switch e.algo {
 	case ratelimit.TokenBucket, ratelimit.GCRA:
-		if held > 0 {
-			return held * e.scale / e.drain // held ≤ Burst: held × scale ≤ capacity < 2^51
+		if n > 0 {
+			return n * e.scale / e.drain // n ≤ 2 × Burst: n × scale < 2^52
 		}
 	}
 	return 0
@@ -203,6 +217,7 @@ func (e *entry) detach(rets []ret) []ret {
 		return rets
 	}
 	rets = append(rets, ret{e.key, e.limit, e.lease.left, e.lease.at})
+	e.view.remaining += e.lease.left // back in the backing store
 	e.lease.left = 0
 	return rets
 }
@@ -235,6 +250,7 @@ func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entr
 	}
 	for i, e := range ents {
 		e.lease.left -= reqs[i].Cost
+		e.view.used += reqs[i].Cost
 		out[i] = e.decision(reqs[i].Limit, now, true)
 	}
 	return true

@@ -426,7 +426,7 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 				rets = restoreUnits(ents, calls, now, rets)
 				break
 			}
-			s.admit(reqs, out, ents, calls, in, bout, now, sent, recv)
+			rets = s.admit(reqs, out, ents, calls, in, bout, now, sent, recv, rets)
 			if s.closed.Load() { // Close has run: no lease may outlive it
 				for _, e := range ents {
 					rets = e.detach(rets)
@@ -538,27 +538,34 @@ func (s *Store) refill(ctx context.Context, reqs []ratelimit.Request, calls []ca
 }
 
 // admit records an admitted refill: the new leases, the backing store's
-// view, and the decisions. The shards must be locked.
+// view, and the decisions; it appends to rets what must be given back.
+// The shards must be locked.
 func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, calls []call, in []int,
-	bout []ratelimit.Decision, now, sent, recv int64) {
+	bout []ratelimit.Decision, now, sent, recv int64, rets []ret) []ret {
 	j := 0
 	for i := range reqs {
 		e, c, l := ents[i], &calls[i], reqs[i].Limit
 		if j >= len(in) || in[j] != i {
+			e.view.used += c.from
 			out[i] = e.decision(l, now, true) // from its lease alone
 			continue
 		}
 		d := &bout[j]
 		j++
-		e.view = view{remaining: d.Remaining, reset: d.Reset.Microseconds(), at: d.At, recv: recv}
 		e.block = block{}
 		if c.busy && c.extra > 0 {
+			// Units another call reserved from the old lease, and put
+			// back after this call emptied it, go back to the backing
+			// store: the new lease replaces the old.
+			rets = e.detach(rets)
 			e.lease = lease{left: c.extra, at: d.At, recv: recv, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
 			e.winEnd = windowEnd(l, d)
 			s.leased.Add(uint64(c.extra))
 		}
+		e.setView(d, recv)
 		out[i] = e.decision(l, recv, true)
 	}
+	return rets
 }
 
 // refuse records a refused refill and writes the decisions: the backing
@@ -577,13 +584,13 @@ func (s *Store) refuse(reqs []ratelimit.Request, out []ratelimit.Decision, ents 
 		}
 		d := &bout[j]
 		j++
-		e.view = view{remaining: d.Remaining, reset: d.Reset.Microseconds(), at: d.At, recv: recv}
+		e.setView(d, recv)
 		od := e.decision(l, recv, true)
 		if !needFits(d, c.need, breqs[j-1].Cost) {
 			od.Allowed = false
 			od.RetryAfter = retryFor(l, d, breqs[j-1].Cost-c.need)
 			if od.RetryAfter > 0 && e.hot(now, s.life, s.hot) {
-				od.RetryAfter = min(od.RetryAfter, time.Duration(s.life)*time.Microsecond)
+				od.RetryAfter = min(max(od.RetryAfter, time.Duration(s.life/10)*time.Microsecond), time.Duration(s.life)*time.Microsecond)
 				e.block = block{need: c.need, until: recv + od.RetryAfter.Microseconds()}
 			}
 		}

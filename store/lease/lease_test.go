@@ -112,23 +112,26 @@ func TestStackedAllOrNothing(t *testing.T) {
 	// tokens' 9 do not fit, so the request is refused, one call. Nothing
 	// is charged: the 31 tokens are back in the lease, and the decisions
 	// are the backing store's uncharged state plus the leases: rpm 97,
-	// tokens 0 + 31 (Reset 1000 − 31 ms). RetryAfter is for the 9
-	// tokens the request needs from the backing store, not the 80 asked:
-	// 9 ms.
+	// tokens 0 + 31 (Reset 1000 − 31 ms). RetryAfter: the 9 ms until the
+	// 9 tokens the request needs from the backing store (not the 80
+	// asked) have refilled, raised to a tenth of the lifetime, 100 ms: a
+	// hot limit's refusal is remembered that long at least, so that a
+	// saturated limit is asked again by each instance ten times per
+	// lifetime rather than at every request.
 	got = f.take(0, stack(40)...)
 	f.check(decision(rpm, true, 97, ms(30), 0), got[0])
-	f.check(decision(tokens, false, 31, ms(969), ms(9)), got[1])
+	f.check(decision(tokens, false, 31, ms(969), ms(100)), got[1])
 	require.Equal(t, calls+1, f.backing.calls())
 	require.Equal(t, int64(3), f.backing.chargedTo("k", rpm))
 	require.Equal(t, int64(21+40+939), f.backing.chargedTo("k", tokens))
 
-	// The refusal is remembered for those 9 ms: at t0+1ms the same
-	// request is refused locally, RetryAfter 8 ms, and the states age by
-	// the 1 ms (Reset 29 ms and 968 ms).
+	// The refusal is remembered: at t0+1ms the same request is refused
+	// locally, RetryAfter 99 ms, and the states age by the 1 ms (Reset
+	// 29 ms and 968 ms).
 	f.at(ms(1))
 	got = f.take(0, stack(40)...)
 	f.check(decision(rpm, true, 97, ms(29), 0), got[0])
-	f.check(decision(tokens, false, 31, ms(968), ms(8)), got[1])
+	f.check(decision(tokens, false, 31, ms(968), ms(99)), got[1])
 	require.Equal(t, calls+1, f.backing.calls())
 	// A request that fits the tokens' lease (10 ≤ 31) is not blocked: it
 	// refills rpm only (need 1; lease 5 + 1 = 6, the demand being 6 units
@@ -139,27 +142,29 @@ func TestStackedAllOrNothing(t *testing.T) {
 	f.check(decision(rpm, true, 90+6, ms(39), 0), got[0])
 	f.check(decision(tokens, true, 21, ms(978), 0), got[1])
 	require.Equal(t, calls+2, f.backing.calls())
-
-	// At t0+9ms the refusal is forgotten and the backing store has
-	// refilled 9 tokens. A request for 40 reserves the lease's 21 tokens
-	// and needs 19 from the backing store: refused again (one call), with
-	// RetryAfter 10 ms, the time until 19 tokens have refilled.
+	// At t0+9ms a request for 40 needs 19 from the backing store (the
+	// lease holds 21): at least the 9 refused, so it is refused locally
+	// too, RetryAfter 91 ms. (rpm's lease covers it: 6, uncharged.)
 	f.at(ms(9))
 	got = f.take(0, stack(40)...)
-	f.check(decision(tokens, false, 9+21, ms(991-21), ms(10)), got[1])
-	require.Equal(t, calls+3, f.backing.calls())
-	// At t0+19ms they have: the Take of 19 + a lease is refused (19 left,
-	// Remaining says so), and the second Take, of the request's 19 plus
-	// the 0 the answer says can still be granted, is admitted: two calls.
-	// rpm is served from its lease (6 − 1 = 5 left, the backing store's
-	// 90 at t0+1ms, Reset 99 − 50 − 18 = 31 ms).
-	f.at(ms(19))
+	f.check(decision(rpm, true, 90+6, ms(31), 0), got[0])
+	f.check(decision(tokens, false, 0+21, ms(1000-21-9), ms(91)), got[1])
+	require.Equal(t, calls+2, f.backing.calls())
+
+	// At t0+100ms the refusal is forgotten, and the backing store has
+	// refilled 100 tokens. The request for 40 reserves the lease's 21 and
+	// needs 19: the Take of 19 + a lease of 100 (the cap; the demand is
+	// 200 tokens in 1.1 s) is refused with Remaining 100, and the second,
+	// of 19 + 81, admitted. rpm is served from its lease (6 − 1 = 5 left;
+	// the backing store's 90 at t0+1ms; Reset: 39 ms then, drained by
+	// now, + 10 ms for the unit just used: one shared bucket's).
+	f.at(ms(100))
 	got = f.take(0, stack(40)...)
-	f.check(decision(rpm, true, 90+5, ms(31), 0), got[0])
-	f.check(decision(tokens, true, 0, ms(1000), 0), got[1])
-	require.Equal(t, calls+5, f.backing.calls())
+	f.check(decision(rpm, true, 90+5, ms(10), 0), got[0])
+	f.check(decision(tokens, true, 81, ms(1000-81), 0), got[1])
+	require.Equal(t, calls+4, f.backing.calls())
 	require.Equal(t, int64(3+7), f.backing.chargedTo("k", rpm))
-	require.Equal(t, int64(21+40+939+19), f.backing.chargedTo("k", tokens))
+	require.Equal(t, int64(21+40+939+100), f.backing.chargedTo("k", tokens))
 }
 
 // TestPartialGrant: when the backing store cannot grant a whole lease, its
@@ -194,9 +199,10 @@ func TestPartialGrant(t *testing.T) {
 		// Remaining 120; Take(100) is admitted, no lease.
 		{"race", 30, []int64{201, 150, 100}, decision(l, true, 20, ms(1000)-ms(20), 0)},
 		// It takes 100: 50 left, the request does not fit: refused after
-		// two calls, RetryAfter the 50 ms until 100 units fit (not the
-		// 100 ms until the 150 asked for would).
-		{"refused", 100, []int64{201, 150}, decision(l, false, 50, ms(1000)-ms(50), ms(50))},
+		// two calls. RetryAfter is the 50 ms until 100 units fit (not
+		// the 100 ms until the 150 asked for would), raised to a tenth of
+		// the lifetime, 100 ms, as for any refusal of a hot limit.
+		{"refused", 100, []int64{201, 150}, decision(l, false, 50, ms(1000)-ms(50), ms(100))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := "k-" + tc.name
