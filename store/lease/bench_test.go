@@ -130,9 +130,13 @@ func BenchmarkLocalDecisionParallel(b *testing.B) {
 	for _, keys := range []int{1, 1000} {
 		for _, name := range []string{"memory", "lease"} {
 			b.Run(fmt.Sprintf("keys=%d/%s", keys, name), func(b *testing.B) {
-				s, _, mem := benchStore(b, name)
+				s, backing, mem := benchStore(b, name)
 				all := stacks(keys, 1)
 				warm(b, mem, s, all)
+				before := 0
+				if backing != nil {
+					before = backing.calls()
+				}
 				var next atomic.Int64
 				b.ReportAllocs()
 				b.RunParallel(func(pb *testing.PB) {
@@ -148,6 +152,9 @@ func BenchmarkLocalDecisionParallel(b *testing.B) {
 						}
 					}
 				})
+				if backing != nil {
+					b.ReportMetric(float64(backing.calls()-before)/float64(b.N), "backing-calls/op")
+				}
 			})
 		}
 	}

@@ -11,6 +11,8 @@ import (
 // remembered refusal. Its fields are guarded by its shard's lock.
 type entry struct {
 	key   string
+	id    string           // the limit's ID
+	next  *entry           // the next entry whose caller key has the same hash
 	limit *ratelimit.Limit // a copy, for returns: requests may change theirs
 
 	// The limit's parameters, read once: Limit's accessors have value
@@ -72,24 +74,28 @@ type block struct {
 	need, until int64
 }
 
-// entry returns the entry of r in sh (locked), creating it, or nil when the
-// table is full.
-func (s *Store) entry(sh *shard, r *ratelimit.Request, now int64) *entry {
-	k := entryKey{r.Key, r.Limit.ID()}
-	if e := sh.m[k]; e != nil {
-		return e
+// entry returns the entry of r, whose caller key hashes to h, creating it,
+// or nil when the table is full. Its shard must be locked.
+func (s *Store) entry(h uint64, r *ratelimit.Request, now int64) *entry {
+	sh := &s.shards[shardOf(h)]
+	id := r.Limit.ID()
+	head := sh.m[h]
+	for e := head; e != nil; e = e.next {
+		if e.id == id && e.key == r.Key {
+			return e
+		}
 	}
 	if s.keys.Load() >= s.maxKeys {
 		return nil
 	}
 	s.keys.Add(1)
 	l := *r.Limit
-	e := &entry{key: r.Key, limit: &l, slot: now / s.life,
+	e := &entry{key: r.Key, id: id, next: head, limit: &l, slot: now / s.life,
 		algo: l.Algorithm(), leasable: leasable(l.Algorithm()), firstHit: l.AlignsToFirstHit(),
 		burst: l.Burst(), period: l.Period().Microseconds()}
 	e.scale, e.drain, _ = l.Params()
 	e.cap = mulDiv(e.burst, s.sharePPM, 1_000_000)
-	sh.m[k] = e
+	sh.m[h] = e
 	return e
 }
 

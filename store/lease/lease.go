@@ -64,8 +64,11 @@ type Store struct {
 var _ ratelimit.Store = (*Store)(nil)
 
 type shardData struct {
-	mu    sync.Mutex
-	m     map[entryKey]*entry
+	mu sync.Mutex
+	// m maps the hash of a caller key to the chain of its entries (one
+	// per limit; and, very rarely, those of another key with the same
+	// 64-bit hash): a uint64 hashes and compares faster than the strings.
+	m     map[uint64]*entry
 	local uint64 // Take calls decided locally, under mu
 }
 
@@ -73,8 +76,6 @@ type shard struct {
 	shardData
 	_ [cacheLine - unsafe.Sizeof(shardData{})%cacheLine]byte
 }
-
-type entryKey struct{ key, limitID string }
 
 // New returns a Store that leases from backing, configured by opts. Unless
 // WithExpiryInterval(0) is given it starts one goroutine, which Close
@@ -113,7 +114,7 @@ func New(backing ratelimit.Store, opts ...Option) (*Store, error) {
 		s.baseUS = ratelimit.Micros(s.base)
 	}
 	for i := range s.shards {
-		s.shards[i].m = make(map[entryKey]*entry)
+		s.shards[i].m = make(map[uint64]*entry)
 	}
 	if c.interval > 0 {
 		s.stop, s.done = make(chan struct{}), make(chan struct{})
@@ -134,9 +135,10 @@ func (s *Store) now() int64 {
 	return ratelimit.Micros(s.wall())
 }
 
-func (s *Store) shardOf(key string) uint32 {
-	return uint32(maphash.String(s.seed, key) & (nShards - 1))
-}
+// hash returns the hash of a caller key: its low bits select its shard.
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
+
+func shardOf(h uint64) uint32 { return uint32(h & (nShards - 1)) }
 
 // Take implements ratelimit.Store. A call is decided locally when every
 // limit it charges has a live lease here that covers its cost; otherwise
@@ -257,19 +259,21 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	n := len(reqs)
 	var (
 		entA          [stackN]*entry
+		hashA         [stackN]uint64
 		idxA, lockA   [stackN]uint32
-		shards, ents  = idxA[:n], entA[:n]
+		hashes, ents  = hashA[:n], entA[:n]
 		locked        []uint32
 		observedLocal bool
 	)
 	for i := range reqs {
-		shards[i] = s.shardOf(reqs[i].Key)
+		hashes[i] = s.hash(reqs[i].Key)
+		idxA[i] = shardOf(hashes[i])
 	}
-	locked = sortedUnique(lockA[:0], shards)
+	locked = sortedUnique(lockA[:0], idxA[:n])
 	s.lock(locked)
 	now := s.now()
 	for i := range reqs {
-		e := s.entry(&s.shards[shards[i]], &reqs[i], now)
+		e := s.entry(hashes[i], &reqs[i], now)
 		if e == nil { // the table is full
 			s.unlock(locked)
 			return s.pass(ctx, reqs, out)
@@ -291,7 +295,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	if observedLocal {
 		return nil
 	}
-	return s.slow(ctx, reqs, out, shards, locked)
+	return s.slow(ctx, reqs, out, hashes, locked)
 }
 
 // scratch is the working memory of slow, pooled: its arrays reach the
@@ -312,7 +316,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // gives back the units of ended leases, and makes the backing call that
 // charges the request and refills the leases of its hot limits, then
 // decides again when a lease it reserved units from ended meanwhile.
-func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision, shards, locked []uint32) error {
+func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision, hashes []uint64, locked []uint32) error {
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
 		*sc = scratch{} // drop the pointers
@@ -325,7 +329,7 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 		s.lock(locked)
 		now := s.now()
 		for i := range reqs {
-			e := s.entry(&s.shards[shards[i]], &reqs[i], now)
+			e := s.entry(hashes[i], &reqs[i], now)
 			if e == nil { // forgotten since, and the table is full
 				s.unlock(locked)
 				return s.pass(ctx, reqs, out)
@@ -735,13 +739,25 @@ func (s *Store) Expire(ctx context.Context) error {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			var dropped int64
-			rets, dropped = e.detachEnded(now, rets)
-			s.dropped.Add(uint64(dropped))
-			if e.idle(now, s.life) {
-				delete(sh.m, k)
-				s.keys.Add(-1)
+		for h, head := range sh.m {
+			var keep *entry // the chain rebuilt without the idle entries
+			for e := head; e != nil; {
+				next := e.next
+				var dropped int64
+				if rets, dropped = e.detachEnded(now, rets); dropped > 0 {
+					s.dropped.Add(uint64(dropped))
+				}
+				if e.idle(now, s.life) {
+					s.keys.Add(-1)
+				} else {
+					e.next, keep = keep, e
+				}
+				e = next
+			}
+			if keep == nil {
+				delete(sh.m, h)
+			} else {
+				sh.m[h] = keep
 			}
 		}
 		sh.mu.Unlock()
@@ -781,8 +797,10 @@ func (s *Store) Close() error {
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
-			for _, e := range sh.m {
-				rets = e.detach(rets)
+			for _, head := range sh.m {
+				for e := head; e != nil; e = e.next {
+					rets = e.detach(rets)
+				}
 			}
 			sh.mu.Unlock()
 		}
@@ -857,8 +875,10 @@ func (s *Store) Stats() Stats {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		st.Local += sh.local
-		for _, e := range sh.m {
-			st.Held += e.lease.left
+		for _, head := range sh.m {
+			for e := head; e != nil; e = e.next {
+				st.Held += e.lease.left
+			}
 		}
 		sh.mu.Unlock()
 	}
