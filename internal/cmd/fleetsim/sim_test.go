@@ -20,6 +20,9 @@ var (
 
 func simulated(t *testing.T) []*Run {
 	t.Helper()
+	if raceEnabled {
+		t.Skip("the simulation is one goroutine: nothing for the race detector, and 20 times slower under it")
+	}
 	once.Do(func() { runs, runsErr = simulateAll() })
 	require.NoError(t, runsErr)
 	return runs
