@@ -116,8 +116,10 @@ func WithHotThreshold(n int64) Option {
 
 // WithMaxKeys caps the (key, limit) pairs the Store tracks (n ≥ 1; default
 // DefaultMaxKeys, 65,536). A pair is tracked while it has a lease or was
-// requested within the last two lifetimes; requests for new pairs beyond
-// the cap pass straight through.
+// requested within the current lifetime-long interval or the one before
+// (pairs of limits that pass through count too, until forgotten); calls
+// naming a new pair beyond the cap pass straight through. An entry takes
+// a few hundred bytes.
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
