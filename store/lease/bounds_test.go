@@ -60,7 +60,8 @@ func bucketBound(l *ratelimit.Limit, span, life int64) int64 {
 func TestBucketBoundIsTight(t *testing.T) {
 	f := newFleet(t, 0)
 	mk := func(opts ...lease.Option) *lease.Store {
-		s, err := lease.New(f.backing, append([]lease.Option{lease.WithClock(f.clock.Now), lease.WithExpiryInterval(0)}, opts...)...)
+		s, err := lease.New(f.backing, append([]lease.Option{lease.WithClock(f.clock.Now), lease.WithExpiryInterval(0),
+			lease.WithCallTimeout(time.Minute)}, opts...)...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		return s

@@ -114,7 +114,10 @@ func (c *counting) chargedTo(key string, l *ratelimit.Limit) int64 {
 
 // fleet is n instances, each a lease.Store, over one memory store, all on
 // one fake clock, with no background goroutine (Expire is called by the
-// test).
+// test). Their own backing calls (returns) get a minute: the deadline is
+// real time, and on a loaded machine under the race detector a goroutine
+// can wait longer than the default 50 ms for the CPU, and a return that
+// times out is lost, by design.
 type fleet struct {
 	t       *testing.T
 	clock   *clocktest.Clock
@@ -130,7 +133,8 @@ func newFleet(t *testing.T, n int, opts ...lease.Option) *fleet {
 	require.NoError(t, err)
 	f := &fleet{t: t, clock: clock, mem: mem, backing: newCounting(mem)}
 	for range n {
-		s, err := lease.New(f.backing, append([]lease.Option{lease.WithClock(clock.Now), lease.WithExpiryInterval(0)}, opts...)...)
+		s, err := lease.New(f.backing, append([]lease.Option{lease.WithClock(clock.Now), lease.WithExpiryInterval(0),
+			lease.WithCallTimeout(time.Minute)}, opts...)...)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = s.Close() })
 		f.stores = append(f.stores, s)

@@ -109,7 +109,8 @@ func newProcessOn(t *testing.T, client *redis.Client, prefix string, clock func(
 	ropts = append(ropts, redisstore.WithPrefix(prefix))
 	if clock != nil {
 		ropts = append(ropts, redisstore.WithClock(clock))
-		opts = append([]lease.Option{lease.WithClock(clock), lease.WithExpiryInterval(0)}, opts...)
+		// (Returns get a minute of real time: see newFleet.)
+		opts = append([]lease.Option{lease.WithClock(clock), lease.WithExpiryInterval(0), lease.WithCallTimeout(time.Minute)}, opts...)
 	}
 	rs, err := redisstore.New(client, ropts...)
 	require.NoError(t, err)

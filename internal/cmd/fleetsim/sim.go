@@ -152,7 +152,10 @@ func simulate(life time.Duration) (*Run, error) {
 		return nil, err
 	}
 	backing := &counting{Store: mem, charged: map[string]int64{}}
-	opts := []lease.Option{lease.WithClock(clock.Now), lease.WithExpiryInterval(0)}
+	// The deadline of the instances' own calls is real time: an hour, so
+	// that a loaded machine never makes a return time out and the run
+	// differ.
+	opts := []lease.Option{lease.WithClock(clock.Now), lease.WithExpiryInterval(0), lease.WithCallTimeout(time.Hour)}
 	if life > 0 {
 		opts = append(opts, lease.WithLifetime(life))
 	} else {
