@@ -1,0 +1,99 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/store/lease"
+	"github.com/rampmeter/ratelimit/store/memory"
+)
+
+// TestConcurrentFleet races 4 instances of 8 goroutines each on the real
+// clock, with the background expiry running and a short lifetime, on one
+// hot key with a stack of two limits and on a spread of cold keys. After
+// Close, every unit admitted was charged, the stack was all or nothing
+// (both limits admitted the same requests), and the hot key's requests
+// stayed within Burst + Rate × (elapsed + L). Run it with -race.
+func TestConcurrentFleet(t *testing.T) {
+	mem, err := memory.New()
+	require.NoError(t, err)
+	backing := newCounting(mem)
+	const life = 50 * time.Millisecond
+	rps := ptr(ratelimit.PerSecond(2000).Named("rps"))
+	tokens := ptr(ratelimit.Every(20_000, time.Second).Named("tokens"))
+	var stores []*lease.Store
+	for range 4 {
+		// (A minute for the returns: on a loaded machine a goroutine can
+		// wait longer than the default 50 ms for the CPU, and a return
+		// that times out is lost, by design; this test is about races.)
+		s, err := lease.New(backing, lease.WithLifetime(life), lease.WithMaxShare(0.2), lease.WithCallTimeout(time.Minute))
+		require.NoError(t, err)
+		stores = append(stores, s)
+	}
+	var admittedReqs, admittedTokens atomic.Int64
+	var refused atomic.Int64
+	start := time.Now()
+	deadline := start.Add(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		for g := range 8 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(i), uint64(g)))
+				out := make([]ratelimit.Decision, 2)
+				for time.Now().Before(deadline) {
+					key := "hot"
+					if rng.IntN(4) == 0 {
+						key = fmt.Sprintf("cold-%d", rng.IntN(1000))
+					}
+					cost := 1 + rng.Int64N(20)
+					reqs := []ratelimit.Request{{Key: key, Limit: rps, Cost: 1}, {Key: key, Limit: tokens, Cost: cost}}
+					if err := s.Take(context.Background(), reqs, out); err != nil {
+						t.Error(err)
+						return
+					}
+					switch {
+					case out[0].Allowed && out[1].Allowed:
+						if key == "hot" {
+							admittedReqs.Add(1)
+							admittedTokens.Add(cost)
+						}
+					case key == "hot":
+						refused.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, s := range stores {
+		require.NoError(t, s.Close())
+		require.Equal(t, int64(0), s.Stats().Held)
+	}
+	for _, s := range stores {
+		require.Zero(t, s.Stats().Lost)
+	}
+	// The leases are all back: what the backing store kept charged is
+	// exactly what was admitted, for each limit of the stack.
+	require.Equal(t, admittedReqs.Load(), backing.chargedTo("hot", rps))
+	require.Equal(t, admittedTokens.Load(), backing.chargedTo("hot", tokens))
+	bound := rps.Burst() + int64((elapsed+life).Seconds()*float64(rps.Quota()))
+	require.LessOrEqual(t, admittedReqs.Load(), bound)
+	require.Positive(t, refused.Load(), "the hot key was over its limit")
+	var local, calls uint64
+	for _, s := range stores {
+		st := s.Stats()
+		local += st.Local
+		calls += st.BackingCalls()
+	}
+	t.Logf("hot key: %d admitted, %d refused in %v (bound %d); %d local decisions, %d backing calls",
+		admittedReqs.Load(), refused.Load(), elapsed, bound, local, calls)
+}

@@ -1,0 +1,298 @@
+package lease
+
+import (
+	"time"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// entry is what one instance knows of one (key, limit) pair: its recent
+// demand, its lease, the backing store's state at the latest answer, and a
+// remembered refusal. Its fields are guarded by its shard's lock.
+type entry struct {
+	key   string
+	id    string           // the limit's ID
+	next  *entry           // the next entry whose caller key has the same hash
+	limit *ratelimit.Limit // a copy, for returns: requests may change theirs
+
+	// The limit's parameters, read once: Limit's accessors have value
+	// receivers, and each call through a pointer copies the whole Limit.
+	algo         ratelimit.Algorithm
+	leasable     bool
+	firstHit     bool
+	burst        int64
+	scale, drain int64 // refilling one unit takes scale/drain µs
+	period       int64 // µs
+	cap          int64 // floor(share × Burst): the most units a lease holds
+
+	// Demand: units and requests asked for in the lifetime-long interval
+	// number slot (local µs / L) and in the one before it.
+	slot             int64
+	units, prevUnits int64
+	reqs, prevReqs   int64
+
+	lease  lease
+	view   view
+	block  block
+	winEnd int64 // the latest lease's window end, backing µs (FixedWindow)
+
+	busy chan struct{} // non-nil while a call refills the lease; closed when it ends
+	pins int32         // calls in flight that hold a pointer to the entry
+}
+
+// lease is the units of one backing-store Take not yet handed out.
+type lease struct {
+	left int64  // units not yet handed out
+	at   int64  // the charge, by the backing store's clock (µs)
+	recv int64  // local µs when the grant arrived
+	end  int64  // local µs: units are handed out while now < end
+	gen  uint64 // incremented by each new lease
+}
+
+// view is the backing store's answer for the pair at its latest call.
+type view struct {
+	remaining int64 // units left in the backing store (leases charged)
+	// unleased is the backing store's Reset at the answer less the time
+	// the units then held here take to refill (for a bucket): when it
+	// would have been full had they not been charged, µs from recv.
+	unleased int64
+	used     int64 // units handed out here since the answer
+	at       int64 // the answer's time by the backing store's clock, µs
+	recv     int64 // local µs when it arrived; 0: never
+}
+
+// setView records the backing store's answer d for the pair, which arrived
+// at recv, with the units the lease holds now.
+func (e *entry) setView(d *ratelimit.Decision, recv int64) {
+	e.view = view{remaining: d.Remaining, unleased: max(0, d.Reset.Microseconds()-e.unitTime(e.lease.left)),
+		at: d.At, recv: recv}
+}
+
+// block is a refusal the backing store gave for need units: until local µs
+// until, calls needing at least as much from it are refused locally.
+type block struct {
+	need, until int64
+}
+
+// entry returns the entry of r, whose caller key hashes to h, creating it,
+// or nil when the table is full. Its shard must be locked.
+func (s *Store) entry(h uint64, r *ratelimit.Request, now int64) *entry {
+	sh := &s.shards[shardOf(h)]
+	id := r.Limit.ID()
+	head := sh.m[h]
+	for e := head; e != nil; e = e.next {
+		if e.id == id && e.key == r.Key {
+			return e
+		}
+	}
+	if s.keys.Load() >= s.maxKeys {
+		return nil
+	}
+	s.keys.Add(1)
+	l := *r.Limit
+	e := &entry{key: r.Key, id: id, next: head, limit: &l, slot: now / s.life,
+		algo: l.Algorithm(), leasable: leasable(l.Algorithm()), firstHit: l.AlignsToFirstHit(),
+		burst: l.Burst(), period: l.Period().Microseconds()}
+	e.scale, e.drain, _ = l.Params()
+	e.cap = mulDiv(e.burst, s.sharePPM, 1_000_000)
+	sh.m[h] = e
+	return e
+}
+
+// observe counts a request of cost units at now.
+func (e *entry) observe(now, cost, life int64) {
+	if slot := now / life; slot > e.slot {
+		if slot == e.slot+1 {
+			e.prevUnits, e.prevReqs = e.units, e.reqs
+		} else {
+			e.prevUnits, e.prevReqs = 0, 0
+		}
+		e.units, e.reqs, e.slot = 0, 0, slot
+	}
+	e.units = min(e.units+cost, 1<<62) // cost ≤ Burst < 2^51: no overflow
+	e.reqs++
+}
+
+// recent estimates what was asked for over one lifetime, from the counts
+// of the current interval and the one before: their sum over the time
+// they span (L + the time elapsed in the current interval), times L. A
+// steady demand of r per lifetime gives r wherever in its interval now
+// is, and a burst late in an interval still counts fully (the previous
+// interval's count is not weighted down, as a sliding-window counter
+// would weigh it).
+func recent(cur, prev, now, slot, life int64) int64 {
+	switch s := now / life; {
+	case s > slot+1:
+		return 0
+	case s == slot+1: // the current interval ended: it is the previous one
+		return mulDiv(cur, life, life+now-s*life)
+	}
+	return mulDiv(prev+cur, life, life+max(0, now-slot*life))
+}
+
+// hot reports whether this instance leases for the pair: it was asked at
+// least hot times within the current lifetime-long interval and the one
+// before it (so within the last one to two lifetimes: a burst is hot
+// wherever in its interval it falls).
+func (e *entry) hot(now, life, hot int64) bool {
+	switch s := now / life; {
+	case s > e.slot+1:
+		return false
+	case s == e.slot+1:
+		return e.reqs >= hot
+	}
+	return e.reqs+e.prevReqs >= hot
+}
+
+// size returns the lease to ask for: the units asked for within about the
+// last lifetime, scaled to how long the lease will last (a window
+// algorithm's lease ends with its window), rounded up.
+func (e *entry) size(now int64, s *Store) int64 {
+	units := recent(e.units, e.prevUnits, now, e.slot, s.life)
+	d := s.life
+	switch e.algo {
+	case ratelimit.FixedWindow, ratelimit.SlidingWindow:
+		if s.offsetKnown.Load() {
+			bn := now + s.offset.Load() // the backing store's clock, estimated
+			p := e.period
+			left := p - bn%p
+			if e.firstHit {
+				left = p
+				if bn < e.winEnd {
+					left = e.winEnd - bn
+				}
+			}
+			d = min(d, max(1, left))
+		}
+	}
+	return max(1, mulDiv(units, d, s.life)+1)
+}
+
+// decision describes the pair to a caller at now: allowed (charged, or had
+// room in a refused stack), from the backing store's state at its latest
+// answer and the local use since. Remaining is the backing store's
+// Remaining then plus the units this instance still holds (what refilled
+// since is not counted); Reset is when the backing store would have been
+// full had the units held then not been charged, aged by the local time
+// since, plus the time the units handed out since take to refill.
+func (e *entry) decision(l *ratelimit.Limit, now int64, allowed bool) ratelimit.Decision {
+	el := max(0, now-e.view.recv)
+	return ratelimit.Decision{
+		Limit:     l,
+		Allowed:   allowed,
+		Remaining: min(e.burst, e.view.remaining+e.lease.left),
+		Reset:     time.Duration(max(0, e.view.unleased-el)+e.unitTime(e.view.used)) * time.Microsecond,
+		At:        e.view.at + el,
+	}
+}
+
+// unitTime returns how long n units of a bucket (token bucket, GCRA) take
+// to refill, µs: n × scale/drain, rounded down (exact when drain is 1,
+// otherwise within 1 µs). For a window algorithm, whose Reset is when its
+// window's count expires whatever the count, it is 0.
+func (e *entry) unitTime(n int64) int64 {
+	switch e.algo {
+	case ratelimit.TokenBucket, ratelimit.GCRA:
+		if n > 0 {
+			return n * e.scale / e.drain // n ≤ 2 × Burst: n × scale < 2^52
+		}
+	}
+	return 0
+}
+
+// detachEnded takes the unused units of an ended lease out of it, to be
+// given back, and returns how many it dropped instead: those of a fixed
+// window whose window has certainly passed by the backing store's clock
+// (its clock at the grant plus the local time since, a lower bound), for
+// which the backing store would drop the refund.
+func (e *entry) detachEnded(now int64, rets []ret) ([]ret, int64) {
+	if e.lease.left <= 0 || now < e.lease.end {
+		return rets, 0
+	}
+	if e.algo == ratelimit.FixedWindow && e.lease.at+now-e.lease.recv >= e.winEnd {
+		n := e.lease.left
+		e.lease.left = 0
+		return rets, n
+	}
+	return e.detach(rets), 0
+}
+
+// detach takes the unused units of the lease out of it, ended or not.
+func (e *entry) detach(rets []ret) []ret {
+	if e.lease.left <= 0 {
+		return rets
+	}
+	rets = append(rets, ret{e.key, e.limit, e.lease.left, e.lease.at})
+	e.view.remaining += e.lease.left // back in the backing store
+	e.lease.left = 0
+	return rets
+}
+
+// idle reports whether the entry can be forgotten: nothing leased, nothing
+// in flight, no refusal remembered, and not asked for in the current
+// interval or the one before.
+func (e *entry) idle(now, life int64) bool {
+	return e.lease.left == 0 && e.busy == nil && e.pins == 0 && now >= e.block.until && now/life > e.slot+1
+}
+
+// busyOf returns the channel of a refill in flight on one of ents, or nil.
+func busyOf(ents []*entry) chan struct{} {
+	for _, e := range ents {
+		if e.busy != nil {
+			return e.busy
+		}
+	}
+	return nil
+}
+
+// serveLocal decides the stack from the leases when each covers its cost
+// (a limit of cost 0 needs an answer from the backing store to describe),
+// charging all of them; it reports whether it did.
+func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now int64) bool {
+	for i, e := range ents {
+		if c := reqs[i].Cost; c > 0 && (c > e.lease.left || now >= e.lease.end) || c == 0 && e.view.recv == 0 {
+			return false
+		}
+	}
+	for i, e := range ents {
+		e.lease.left -= reqs[i].Cost
+		e.view.used += reqs[i].Cost
+		out[i] = e.decision(reqs[i].Limit, now, true)
+	}
+	return true
+}
+
+// refuseCached refuses the stack locally when one of its limits would need
+// at least as many units from the backing store as it refused within its
+// remembered refusal, and every other limit is covered by its lease or was
+// described by the backing store within the last lifetime; it reports
+// whether it did. Nothing is charged.
+func refuseCached(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now, life int64) bool {
+	blocked := false
+	for i, e := range ents {
+		if e.lease.left > 0 && now >= e.lease.end {
+			return false // an ended lease to give back first
+		}
+		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
+		switch {
+		case need > 0 && now < e.block.until && need >= e.block.need:
+			blocked = true
+		case need > 0 && (e.view.recv == 0 || now-e.view.recv >= life):
+			return false // nothing recent to describe it with
+		case need == 0 && e.view.recv == 0:
+			return false
+		}
+	}
+	if !blocked {
+		return false
+	}
+	for i, e := range ents {
+		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
+		d := e.decision(reqs[i].Limit, now, true)
+		if need > 0 && now < e.block.until && need >= e.block.need {
+			d.Allowed, d.RetryAfter = false, time.Duration(e.block.until-now)*time.Microsecond
+		}
+		out[i] = d
+	}
+	return true
+}
