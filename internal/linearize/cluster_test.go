@@ -55,7 +55,7 @@ func TestCluster(t *testing.T) {
 	model := NewModel(Options{})
 	t.Run("histories", func(t *testing.T) {
 		for _, sc := range serverClockScenarios() {
-			runServerClock(t, stores, model, sc, scale(t, 2))
+			runServerClock(t, stores, model, sc, scale(t, 1))
 		}
 	})
 	t.Run("slot migration", func(t *testing.T) { clusterSlotMigration(t, c, stores) })

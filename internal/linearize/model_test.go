@@ -21,7 +21,8 @@ var allLimits = [][]*ratelimit.Limit{{tb}, {gcra}, {sw}, {tb, sw}, {gcra, fw}, {
 
 // TestModelIsTheStore drives the memory store (which passes package
 // storetest's conformance suite, so it decides as the reference model
-// does) one call at a time through 4,000 random calls on every algorithm
+// does) one call at a time through 4,000 random calls (1,000 under the
+// race detector) on every algorithm
 // and stack, the clock moving 0 to 3 ms between calls, and requires the
 // model to accept each of its answers, in one state, and to refuse the
 // answer with any one field changed: the model is the store, exactly, and
@@ -36,7 +37,7 @@ func TestModelIsTheStore(t *testing.T) {
 		w := newWorker(&sc, 7, 0)
 		o := Options{}
 		sts := map[string]state{}
-		for i := range 4000 {
+		for i := range map[bool]int{false: 4000, true: 1000}[raceEnabled] {
 			clock.Advance(time.Duration(w.rng.IntN(3001)) * time.Microsecond)
 			kind, reqs := w.next()
 			in := Input{Kind: kind, Key: reqs[0].Key, Reqs: reqs, Now: ratelimit.Micros(clock.Now())}
