@@ -58,15 +58,19 @@ func Verdict(model porcupine.Model, history []porcupine.Operation, budget time.D
 // script read TIME, which is when it took effect, since Redis runs one
 // script at a time. Other operations keep their intervals.
 //
-// Narrowing changes no verdict under NewModel's models, and it is what
-// makes a hot key checkable. Every linearization the model accepts orders
-// the server-clock operations of a key by At (it refuses an At earlier
+// Narrowing changes no verdict under NewModel's models on the keys whose
+// operations are all decided by the server's clock (in these tests a key's
+// operations are all of one clock, and faults come with the driven one),
+// and it is what makes a hot key checkable. Every linearization the model
+// accepts orders such a key's operations by At (it refuses an At earlier
 // than one before it), and such an order respects the narrowed intervals
 // (two operations in the same microsecond overlap, and may go either
 // way); every order that respects the narrowed intervals respects the
 // recorded ones, which contain them (Validate checks the At against the
 // call). So the narrowed history is linearizable exactly when the recorded
-// one is. The checker, though, no longer has to discover the At order by
+// one is. (Next to an operation it does not narrow, narrowing also asserts
+// that a script took effect at its At, which is the truth for a correct
+// store.) The checker, though, no longer has to discover the At order by
 // search: with 80 calls in flight on one key it tries a call with a later
 // At before one with an earlier At whenever the earlier one changes
 // nothing (a refusal, a peek), and learns that the order is dead only when

@@ -52,7 +52,7 @@ type scenario struct {
 	name   string
 	keys   []string
 	stacks [][]*ratelimit.Limit // key i charges stacks[i%len(stacks)]
-	ops    int                  // calls per goroutine (per history, or per round)
+	ops    int                  // calls per goroutine per history (driver.free; a round makes one)
 	// warm, if positive, is the percentage of calls on keys[0]; the
 	// others pick among the rest. 0: every key alike.
 	warm int
