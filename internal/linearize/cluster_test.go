@@ -228,12 +228,6 @@ func forcedFailover(t *testing.T, h int, ta *tally) {
 	sc := roundScenarios()[0]
 	sc.name = "failover"
 	sc.keys = historyKeys(sc, h)
-	// The warm key's stack remembers for hundreds of rounds, so that the
-	// charges the failover forgives are still visible when the clients
-	// reach the new master (the outage lasts a few rounds of 300 ms
-	// timeouts, a few ms by the fake clock, after which the other limits
-	// may be full again either way).
-	sc.stacks = append([][]*ratelimit.Limit{{slowTB, slowSW}}, sc.stacks[1:]...)
 	// The warm key lives on the master that fails.
 	for i := 0; c.Owner(t, slotOf(stores[0], sc.keys[0])) != primary; i++ {
 		sc.keys[0] = fmt.Sprintf("failover/h%d/warm-%d", h, i)
