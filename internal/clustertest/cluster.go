@@ -62,13 +62,6 @@ func (c *Cluster) WaitPromoted(t *testing.T, i, slot int) time.Time {
 	return c.waitPromoted(t, i, slot)
 }
 
-// WaitReplica waits (at most 20 s) until every node that may be a master
-// lists node r as the replica of node m.
-func (c *Cluster) WaitReplica(t *testing.T, r, m int) { c.waitReplica(t, r, m) }
-
-// Role returns node i's role by ROLE: "master" or "slave".
-func (c *Cluster) Role(ctx context.Context, i int) (string, error) { return role(ctx, c.nodes[i]) }
-
 // InfoField returns one field of a section of node i's INFO ("" when
 // absent).
 func (c *Cluster) InfoField(t *testing.T, i int, section, field string) string {
