@@ -3,7 +3,9 @@
 // it starts itself from the redis-server and redis-cli binaries on PATH
 // (skipped when they are missing, unless RAMPMETER_REQUIRE_REDIS=1, which
 // makes it fail instead).
-// The package has no code of its own.
+// Its code (cluster.go) is the cluster starter: Start, and the Cluster's
+// methods to reach, signal and fail over its nodes, which the tests here
+// and the linearizability checks of internal/linearize share.
 //
 // # Cluster, Sentinel and Ring
 //

@@ -1,12 +1,10 @@
 package clustertest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -472,35 +470,4 @@ func TestClusterFailover(t *testing.T) {
 
 	// Charging goes on exactly from the replicated state.
 	l.calm(t, all, true, 150*time.Second)
-}
-
-// waitPromoted waits until node i is a master and node 1's slot map gives
-// it slot, and returns when.
-func (c *cluster) waitPromoted(t *testing.T, i, slot int) time.Time {
-	t.Helper()
-	waitFor(t, c.addrs[i]+" to take over", func() error {
-		if r, err := role(context.Background(), c.nodes[i]); err != nil || r != "master" {
-			return fmt.Errorf("role %q, %v", r, err)
-		}
-		if o := c.owner(t, slot); o != i {
-			return fmt.Errorf("node 1 gives slot %d to node %d", slot, o)
-		}
-		return nil
-	})
-	return time.Now()
-}
-
-// waitDialProbes waits until no goroutine runs go-redis's dial probe. A
-// connection pool starts one after PoolSize failed dials (as to a killed
-// node) and the probe notices the pool's Close only after its 1 s sleep
-// (go-redis v9.23, internal/pool ConnPool.tryDial): goleak, which waits
-// less, would report it.
-func waitDialProbes(t *testing.T) {
-	buf := make([]byte, 1<<20)
-	waitFor(t, "go-redis dial probes to end", func() error {
-		if n := runtime.Stack(buf, true); bytes.Contains(buf[:n], []byte("(*ConnPool).tryDial")) {
-			return errors.New("a dial probe runs")
-		}
-		return nil
-	})
 }
