@@ -22,14 +22,16 @@ func TestProviderHeaders(t *testing.T) {
 	h := lim.Handler(okHandler)
 
 	// 1,000 tokens at epoch (03:04:05Z). Requests: 59 left, full again
-	// in 1s. Tokens: tpm has the fewest left (9,000; 1,000 × 6ms = 6s),
-	// tpd 99,000 (864s). The shadow limit is left out of the aggregated
-	// fields; X-RateLimit-* show the least fraction left (tpm, 90%).
+	// in 1s. Tokens: tpm has the fewest left (9,000; full in 1,000 × 6ms
+	// = 6s), tpd 99,000 (864s). The shadow limit is left out of every
+	// field; X-RateLimit-* show the least fraction left (tpm, 90%). In
+	// RateLimit, t is the time until the unit after r is back: one
+	// interval (1 s, 6 ms, 0.864 s) → 1.
 	w := serve(h, request("POST", "/", "k", 1000))
 	require.Equal(t, http.StatusOK, w.Code)
 	want := map[string]string{
-		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens", "shadow-rpm";q=1;w=60;rampmeter-shadow`,
-		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=6, "tpd";r=99000;t=864, "shadow-rpm";r=0;t=60`,
+		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens"`,
+		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=1, "tpd";r=99000;t=1`,
 
 		"X-RateLimit-Limit": "10000", "X-RateLimit-Remaining": "9000", "X-RateLimit-Reset": "6",
 
@@ -70,3 +72,4 @@ func TestProviderHeaders(t *testing.T) {
 		assert.Empty(t, h.Get("x-ratelimit-limit-tokens"), "no tokens limit, no tokens fields")
 	}
 }
+
