@@ -189,7 +189,8 @@ func (w *styleWriter) WriteHeaders(h http.Header, res Result) {
 // Allocations, for the middleware's budget: one string for the RateLimit
 // value (built in a stack buffer) and one []string backing both IETF
 // fields; HeadersXRateLimit adds three strings and one []string. A nested
-// Limiter (fields already present) pays two more strings and slices.
+// Limiter (fields already present) pays two more strings (the joined
+// values); the RateLimit-Policy value is precomputed (PolicySet.policy).
 func (w *styleWriter) write(h http.Header, res Result, policy string) {
 	if len(res.Decisions) == 0 {
 		return
@@ -201,14 +202,12 @@ func (w *styleWriter) write(h http.Header, res Result, policy string) {
 			// A Limiter before this one set its members: add ours after
 			// them, in one field line each (RFC 9651 §4.2 would combine
 			// several lines, but many clients read only the first).
-			h["Ratelimit-Policy"] = []string{joinList(oldPolicy, policy)}
-			h["Ratelimit"] = []string{joinList(old, rl)}
-		} else {
-			// One backing array for both fields; the capacity limits keep
-			// an Add to one field from overwriting the other.
-			vs := []string{policy, rl}
-			h["Ratelimit-Policy"], h["Ratelimit"] = vs[0:1:1], vs[1:2:2]
+			policy, rl = joinList(oldPolicy, policy), joinList(old, rl)
 		}
+		// One backing array for both fields; the capacity limits keep an
+		// Add to one field from overwriting the other.
+		vs := []string{policy, rl}
+		h["Ratelimit-Policy"], h["Ratelimit"] = vs[0:1:1], vs[1:2:2]
 	}
 	if w.style&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
@@ -236,6 +235,9 @@ func overWaitFields(res Result) Result {
 
 // joinList appends item to the List field lines old, as one line.
 func joinList(old []string, item string) string {
+	if len(old) == 1 && old[0] != "" {
+		return old[0] + ", " + item // one allocation
+	}
 	out := ""
 	for _, v := range old {
 		if v != "" {
