@@ -99,8 +99,9 @@ const (
 	//
 	// Shadow limits (Limit.Shadow) are left out of both fields, so that a
 	// dark launch does not change what a client following the draft does;
-	// HeadersShadow includes them. A limit that is not printable ASCII
-	// cannot be a unit (New refuses it). This is the default style.
+	// HeadersShadow includes them. Units are printable ASCII (New refuses
+	// any other, see Limit.WithUnit), so every field is a valid RFC 9651
+	// List. This is the default style.
 	HeadersIETF HeaderStyle = 1 << 0
 
 	// HeadersXRateLimit sends the de facto X-RateLimit-Limit,

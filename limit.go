@@ -221,8 +221,9 @@ func (l Limit) CostFrom(fn CostFunc) Limit {
 
 // Shadow returns a copy of l in shadow (dry-run) mode, to dark-launch a
 // limit: the Limiter decides it with every request and charges it when it
-// admits, reports it in the rate-limit fields, in Stats.ShadowLimited and
-// to Hooks.OnDecision, but never refuses a request because of it. A
+// admits, reports it in Stats.ShadowLimited and to Hooks.OnDecision, but
+// never refuses a request because of it. It is left out of the rate-limit
+// fields, so that clients do not slow down for it (HeadersShadow lists it). A
 // refusal by a shadow limit does not block the charge of the enforced
 // limits, and a request it refuses is not charged to it, so its state is
 // exactly what it would be if it were enforced on the admitted traffic.

@@ -57,7 +57,10 @@ type Limiter struct {
 // mistake): the store must not be nil, there must be at least one limit
 // (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
 // and the names unique (the sets of WithLimitsFunc are validated by
-// NewPolicySet and NewPlans). Every error wraps ErrInvalidConfig.
+// NewPolicySet and NewPlans), and, unless the Limiter is named
+// (WithName), no other unnamed Limiter on the same store in this process
+// may have a limit of the same name (see WithName). Every error wraps
+// ErrInvalidConfig.
 //
 // Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
 // DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
