@@ -41,16 +41,22 @@ func TestSettlementRefund(t *testing.T) {
 	w := serve(lim.Handler(reporting(t, 300, nil)), request("POST", "/", "k", 1000))
 	require.Equal(t, http.StatusOK, w.Code)
 	// The headers were written before the handler: they show the estimate.
-	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=99000;t=864`, w.Header().Get("RateLimit"))
+	// t is the time until one unit more than r is back (HeadersIETF): for
+	// requests, one emission interval (1 s) after the one spent; for
+	// tokens, 999 × 0.864 s of the 864 s until full are the tokens above
+	// the next one, so it is back in 0.864 s → t=1.
+	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=99000;t=1`, w.Header().Get("RateLimit"))
 
 	adj := singleAdjust(t, store)
 	assert.Equal(t, "tokens", adj.Limit.Name())
 	assert.Equal(t, int64(300-1000), adj.Cost)
 	assert.Equal(t, "k", adj.Key)
 
-	// 300 tokens in use: 99,700 left, 300 × 0.864s = 259.2s → t=260.
+	// 300 tokens in use: 99,700 left, full in 300 × 0.864s = 259.2s, the
+	// next token back in 259.2 − 299 × 0.864 = 0.864 s → t=1; 2 requests
+	// spent, the next back in 2 − 1 s → t=1.
 	w = serve(lim.Handler(okHandler), request("POST", "/", "k", 0))
-	assert.Equal(t, `"requests";r=58;t=2, "tokens";r=99700;t=260`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=58;t=1, "tokens";r=99700;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, ratelimit.Stats{Allowed: 2, Settled: 1}, lim.Stats())
 }
 
@@ -63,9 +69,10 @@ func TestSettlementNothingToDo(t *testing.T) {
 			lim, store, _ := newLimiter(t, aiLimits())
 			require.Equal(t, http.StatusOK, serve(lim.Handler(reporting(t, tt.usage, nil)), request("POST", "/", "k", 1000)).Code)
 			assert.Empty(t, store.Adjusts())
-			// The reservation stands: 99,000 left.
+			// The reservation stands: 99,000 left (the next token back in
+			// 864 − 999 × 0.864 s → t=1, as in TestSettlementRefund).
 			w := serve(lim.Handler(okHandler), request("POST", "/", "k", 0))
-			assert.Equal(t, `"requests";r=58;t=2, "tokens";r=99000;t=864`, w.Header().Get("RateLimit"))
+			assert.Equal(t, `"requests";r=58;t=1, "tokens";r=99000;t=1`, w.Header().Get("RateLimit"))
 			assert.Equal(t, ratelimit.Stats{Allowed: 2}, lim.Stats())
 		})
 	}
@@ -78,12 +85,12 @@ func TestSettlementDebt(t *testing.T) {
 	assert.Equal(t, int64(99_500), singleAdjust(t, store).Cost)
 
 	// The next request of 10 tokens needs 500 + 10 tokens to drain:
-	// 510 × 0.864s = 440.64s → Retry-After 441. t = 100,500 × 0.864s =
-	// 86,832s.
+	// 510 × 0.864s = 440.64s → Retry-After 441. tokens binds, so its t is
+	// Retry-After itself (draft -11 §6: the same point in time).
 	w := serve(lim.Handler(okHandler), request("POST", "/", "k", 10))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "441", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=0;t=86832`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=0;t=441`, w.Header().Get("RateLimit"))
 	assert.Equal(t, ratelimit.Stats{Allowed: 1, Limited: 1, Settled: 1}, lim.Stats())
 }
 
@@ -139,9 +146,10 @@ func TestSettlementAfterClientDisconnect(t *testing.T) {
 	require.Error(t, ctx.Err())
 	assert.Equal(t, int64(1500), singleAdjust(t, store).Cost) // with a live context: checked in singleAdjust
 
-	// 2,500 tokens in use: 97,500 left; 2,500 × 0.864s = 2,160s.
+	// 2,500 tokens in use: 97,500 left, full in 2,500 × 0.864s = 2,160s,
+	// the next token back in 2,160 − 2,499 × 0.864 = 0.864 s → t=1.
 	w := serve(lim.Handler(okHandler), request("POST", "/", "k", 0))
-	assert.Equal(t, `"requests";r=58;t=2, "tokens";r=97500;t=2160`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=58;t=1, "tokens";r=97500;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, ratelimit.Stats{Allowed: 2, Settled: 1}, lim.Stats())
 }
 
@@ -203,7 +211,7 @@ func TestReportUsageNestedLimiters(t *testing.T) {
 	require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 100)).Code)
 	assert.Equal(t, int64(-60), singleAdjust(t, outerStore).Cost)
 	assert.Equal(t, int64(-60), singleAdjust(t, innerStore).Cost)
-	assert.Equal(t, "192.0.2.1", outerStore.Adjusts()[0].Reqs[0].Key) // httptest's RemoteAddr
+	assert.Equal(t, "ip 192.0.2.1", outerStore.Adjusts()[0].Reqs[0].Key) // httptest's RemoteAddr
 
 	// A name only the inner limiter has still reports fine.
 	h = outer.Handler(inner.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -89,7 +89,7 @@ func ExampleNew() {
 	// Output:
 	// 200
 	// RateLimit-Policy: "requests";q=60;w=60, "tokens";q=100000;w=86400;rampmeter-unit="tokens"
-	// RateLimit: "requests";r=59;t=1, "tokens";r=99500;t=432
+	// RateLimit: "requests";r=59;t=1, "tokens";r=99500;t=1
 	// 413 application/problem+json
 	// {"type":"https://pkg.go.dev/github.com/rampmeter/ratelimit#ProblemRequestTooLarge","title":"Request Too Large","status":413,"detail":"request too large: estimated 150000 tokens exceeds the \"tokens\" limit's capacity of 100000; do not retry it unchanged","violated-policies":["tokens"]}
 }
@@ -130,8 +130,8 @@ func ExampleReportUsage() {
 	fmt.Printf("%+v\n", lim.Stats())
 
 	// Output:
-	// reserved: "requests";r=59;t=1, "tokens";r=99500;t=432
-	// settled:  "requests";r=58;t=2, "tokens";r=99876;t=108
+	// reserved: "requests";r=59;t=1, "tokens";r=99500;t=1
+	// settled:  "requests";r=58;t=1, "tokens";r=99876;t=1
 	// {Allowed:2 Limited:0 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:2 ShadowLimited:0 Released:0 PlanErrors:0}
 }
 
@@ -161,6 +161,7 @@ func ExampleLimiter_Take() {
 
 func ExampleCompose() {
 	// One budget per API key and route: "GET /users/{id}" for every id.
+	// Each part carries its kind ("route "; an API key is bare).
 	key := ratelimit.Compose(ratelimit.KeyByAPIKey(), ratelimit.KeyByRoute())
 
 	r := chi.NewRouter()
@@ -177,7 +178,7 @@ func ExampleCompose() {
 	req.Header.Set("X-API-Key", "sk-1")
 	r.ServeHTTP(httptest.NewRecorder(), req)
 	// Output:
-	// "4:sk-1|15:GET /users/{id}" <nil>
+	// "compose 4:sk-1|21:route GET /users/{id}" <nil>
 }
 
 func ExampleLimiter_Wait() {

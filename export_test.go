@@ -23,3 +23,13 @@ func SetTransportClock(t *Transport, now func() time.Time) { t.now = now }
 func VendorWait(status int, h http.Header, now time.Time) (time.Duration, bool) {
 	return vendorWait(status, h, now)
 }
+
+// SetRetryRandom replaces the random source of l's retry jitter
+// (WithRetryJitter): f returns a number in [0, 1).
+func SetRetryRandom(l *Limiter, f func() float64) { l.jitter.random = f }
+
+// WireWindow exposes the q and w of RateLimit-Policy for a quota per
+// period.
+func WireWindow(quota int64, period time.Duration) (q, w int64) {
+	return wireWindow(quota, period.Microseconds())
+}

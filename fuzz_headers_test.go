@@ -12,6 +12,7 @@ package ratelimit_test
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"net/http"
 	"strconv"
 	"strings"
@@ -309,12 +310,16 @@ func FuzzHeaderFields(f *testing.F) {
 			{Limit: &l1, Allowed: rem1 >= 0, Remaining: rem1, Reset: clampReset(reset1), At: at},
 			{Limit: &l2, Allowed: rem2 >= 0, Remaining: rem2, Reset: clampReset(reset2), At: at},
 		}
+		res := ratelimit.Result{Allowed: true, Decisions: ds}
 		for i := range ds {
 			if !ds[i].Allowed {
 				ds[i].RetryAfter = max(time.Second, ds[i].Reset)
+				if !ds[i].Limit.IsShadow() {
+					res.Allowed = false
+					res.RetryAfter = max(res.RetryAfter, ds[i].RetryAfter)
+				}
 			}
 		}
-		res := ratelimit.Result{Allowed: ds[0].Allowed && ds[1].Allowed, Decisions: ds}
 		h := http.Header{}
 		(ratelimit.HeadersIETF | ratelimit.HeadersXRateLimit).WriteHeaders(h, res)
 		for name, vs := range h {
@@ -326,7 +331,20 @@ func FuzzHeaderFields(f *testing.F) {
 				}
 			}
 		}
-		limits := []*ratelimit.Limit{&l1, &l2}
+		// Shadow limits are left out; with none left, so are the fields.
+		var limits []*ratelimit.Limit
+		var listed []*ratelimit.Decision
+		for i := range ds {
+			if !ds[i].Limit.IsShadow() {
+				limits, listed = append(limits, ds[i].Limit), append(listed, &ds[i])
+			}
+		}
+		if len(limits) == 0 {
+			if len(h["Ratelimit-Policy"]) != 0 || len(h["Ratelimit"]) != 0 {
+				t.Fatalf("fields for shadow limits only: %v", h)
+			}
+			return
+		}
 		policy, err := parseSFList(h.Get("RateLimit-Policy"))
 		if err != nil {
 			t.Fatalf("RateLimit-Policy: %v", err)
@@ -335,29 +353,62 @@ func FuzzHeaderFields(f *testing.F) {
 		if err != nil {
 			t.Fatalf("RateLimit: %v", err)
 		}
-		if len(policy) != 2 || len(rl) != 2 {
-			t.Fatalf("%d policy items, %d RateLimit items; want 2", len(policy), len(rl))
+		if len(policy) != len(limits) || len(rl) != len(limits) {
+			t.Fatalf("%d policy items, %d RateLimit items; want %d", len(policy), len(rl), len(limits))
+		}
+		var binding *ratelimit.Decision // the refusal's
+		if !res.Allowed {
+			binding = res.Binding()
 		}
 		for i, l := range limits {
+			d := listed[i]
 			if policy[i].bare != sfString(l.Name()) || rl[i].bare != sfString(l.Name()) {
 				t.Fatalf("item %d names %v / %v, want %q", i, policy[i].bare, rl[i].bare, l.Name())
 			}
 			pp := sfParams(t, "RateLimit-Policy", policy[i])
-			if q, ok := pp["q"].(int64); !ok || q != min(l.Quota(), sfMaxInteger) {
-				t.Fatalf("q=%v for quota %d", pp["q"], l.Quota())
-			}
-			if w, ok := pp["w"].(int64); !ok || w != max(1, fzCeilSeconds(l.Period())) {
-				t.Fatalf("w=%v for period %v", pp["w"], l.Period())
-			}
-			if _, ok := pp["rampmeter-shadow"]; ok != l.IsShadow() {
-				t.Fatalf("rampmeter-shadow present %v for shadow %v", ok, l.IsShadow())
+			q, w := fzCheckWire(t, l, pp)
+			if b, ok := pp["rampmeter-burst"]; ok != (l.Burst() != q) || ok && b != min(l.Burst(), sfMaxInteger) {
+				t.Fatalf("rampmeter-burst=%v for burst %d, q %d", b, l.Burst(), q)
 			}
 			rp := sfParams(t, "RateLimit", rl[i])
-			if r, ok := rp["r"].(int64); !ok || r != min(max(0, ds[i].Remaining), sfMaxInteger) {
-				t.Fatalf("r=%v for remaining %d", rp["r"], ds[i].Remaining)
+			r, ok := rp["r"].(int64)
+			if want := min(max(0, d.Remaining), q); !ok || r != want {
+				t.Fatalf("r=%v for remaining %d, q %d; want %d", rp["r"], d.Remaining, q, want)
 			}
-			if tt, ok := rp["t"].(int64); !ok || tt != fzCeilSeconds(ds[i].Reset) {
-				t.Fatalf("t=%v for reset %v", rp["t"], ds[i].Reset)
+			tt, ok := rp["t"].(int64)
+			if !ok || tt < 0 {
+				t.Fatalf("t=%v", rp["t"])
+			}
+			switch {
+			case d == binding:
+				// The same point in time as Retry-After (draft -11 §6).
+				if want := max(1, fzCeilSeconds(res.RetryAfter)); tt != want {
+					t.Fatalf("binding t=%d, Retry-After %d", tt, want)
+				}
+			case !d.Allowed:
+				if want := fzCeilSeconds(d.RetryAfter); tt != want {
+					t.Fatalf("refusing t=%d for a wait of %v", tt, d.RetryAfter)
+				}
+			case r < max(0, d.Remaining):
+				if tt != w {
+					t.Fatalf("t=%d for r capped at q: want w=%d", tt, w)
+				}
+			default:
+				// A token bucket: the next unit beyond r comes Reset minus
+				// the refill of the Burst − r − 1 units after it, each
+				// Period/Quota; a full one, one interval after r is spent.
+				// Exact rationals; the writer may be up to 1µs late.
+				exact := new(big.Rat).SetFrac64(int64(d.Reset), int64(time.Second))
+				interval := new(big.Rat).SetFrac64(int64(l.Period()), l.Quota()*int64(time.Second))
+				if r >= l.Burst() {
+					exact.Add(exact, interval)
+				} else {
+					exact.Sub(exact, new(big.Rat).Mul(interval, new(big.Rat).SetInt64(l.Burst()-r-1)))
+				}
+				lo := fzCeilRat(exact)
+				if tt != lo && tt != lo+1 {
+					t.Fatalf("t=%d, want %d (%s s) for remaining %d, reset %v of %v", tt, lo, exact.FloatString(6), d.Remaining, d.Reset, l)
+				}
 			}
 		}
 		for _, name := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
@@ -368,4 +419,73 @@ func FuzzHeaderFields(f *testing.F) {
 			}
 		}
 	})
+}
+
+// fzCeilRat returns ⌈max(0, x)⌉.
+func fzCeilRat(x *big.Rat) int64 {
+	if x.Sign() <= 0 {
+		return 0
+	}
+	q, m := new(big.Int).QuoRem(x.Num(), x.Denom(), new(big.Int))
+	if m.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return q.Int64()
+}
+
+// fzCheckWire checks q and w of RateLimit-Policy for l against a model
+// computed by brute force: a whole-second period as it is; otherwise the
+// smallest window of whole seconds, from the period rounded up to
+// max(60, twice that), for which q = Quota × w / Period is whole, else the
+// period rounded up with q rounded down. It returns q and w.
+func fzCheckWire(t *testing.T, l *ratelimit.Limit, pp map[string]any) (q, w int64) {
+	t.Helper()
+	q, okq := pp["q"].(int64)
+	w, okw := pp["w"].(int64)
+	if !okq || !okw || q < 0 || w < 1 {
+		t.Fatalf("q=%v w=%v for %v", pp["q"], pp["w"], l)
+	}
+	p := int64(l.Period())
+	if p%int64(time.Second) == 0 {
+		if q != min(l.Quota(), sfMaxInteger) || w != p/int64(time.Second) {
+			t.Fatalf("q=%d w=%d for %v", q, w, l)
+		}
+		return q, w
+	}
+	c := fzCeilSeconds(l.Period())
+	qFor := func(w int64) (*big.Int, bool) {
+		n := new(big.Int).Mul(big.NewInt(l.Quota()), big.NewInt(w))
+		n.Mul(n, big.NewInt(int64(time.Second)))
+		quo, rem := new(big.Int).QuoRem(n, big.NewInt(p), new(big.Int))
+		return quo, rem.Sign() == 0
+	}
+	capped := func(n *big.Int) int64 {
+		if n.Cmp(big.NewInt(sfMaxInteger)) > 0 {
+			return sfMaxInteger
+		}
+		return n.Int64()
+	}
+	bound := max(60, 2*c)
+	if bound-c > 100_000 {
+		// Too far to search: check only that the rate is not overstated.
+		if n, _ := qFor(w); w < c || q > capped(n) {
+			t.Fatalf("q=%d w=%d for %v", q, w, l)
+		}
+		return q, w
+	}
+	wantW, wantQ := c, int64(-1)
+	for cand := c; cand <= bound; cand++ {
+		if n, exact := qFor(cand); exact {
+			wantW, wantQ = cand, capped(n)
+			break
+		}
+	}
+	if wantQ < 0 {
+		n, _ := qFor(c)
+		wantQ = capped(n)
+	}
+	if q != wantQ || w != wantW {
+		t.Fatalf("q=%d w=%d for %v, want q=%d w=%d", q, w, l, wantQ, wantW)
+	}
+	return q, w
 }

@@ -256,7 +256,13 @@ func FuzzKeyByHeader(f *testing.F) {
 			fzCheckRefusal(t, err, http.StatusBadRequest, value)
 			return
 		}
-		fzCheckKey(t, key, value)
+		// The key is its kind, the header's name and the value.
+		kind := "header " + http.CanonicalHeaderKey(name) + " "
+		v, ok := strings.CutPrefix(key, kind)
+		if !ok {
+			t.Fatalf("key %.60q does not start with %q", key, kind)
+		}
+		fzCheckKey(t, v, value)
 	})
 }
 
@@ -403,8 +409,12 @@ func FuzzKeyByIP(f *testing.F) {
 			}
 			return
 		}
-		// The key is an address or a prefix, short, without zone or
-		// IPv4-mapped form.
+		// The key is its kind, "ip ", and an address or a prefix, short,
+		// without zone or IPv4-mapped form.
+		key, ok := strings.CutPrefix(key, "ip ")
+		if !ok {
+			t.Fatalf("key %q does not start with \"ip \"", key)
+		}
 		if len(key) > len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128") {
 			t.Fatalf("key %q too long", key)
 		}
@@ -511,7 +521,7 @@ func FuzzKeyByRoute(f *testing.F) {
 				}
 				continue
 			}
-			if !allowed[got.key] {
+			if !allowed[strings.TrimPrefix(got.key, "route ")] || !strings.HasPrefix(got.key, "route ") {
 				t.Fatalf("key %.80q (method %.40q, path %.40q) is not a registered route", got.key, method, path)
 			}
 		}
@@ -580,11 +590,12 @@ func FuzzCompose(f *testing.F) {
 			if c.err != nil {
 				t.Fatalf("Compose(%q): %v", c.parts, c.err)
 			}
-			back, ok := fzDecode(c.key)
-			if !ok || !slices.Equal(back, c.parts) {
+			rest, ok := strings.CutPrefix(c.key, "compose ")
+			back, ok2 := fzDecode(rest)
+			if !ok || !ok2 || !slices.Equal(back, c.parts) {
 				t.Fatalf("Compose(%q) = %q, which decodes to %q", c.parts, c.key, back)
 			}
-			total := 0
+			total := len("compose ")
 			for _, p := range c.parts {
 				total += len(p) + len(strconv.Itoa(len(p))) + 2
 			}

@@ -20,6 +20,16 @@ import (
 // that status; any other error with 400 Bad Request (see Limiter.Handler).
 // Keys may be secrets (API keys): the Limiter never logs them, never puts
 // them in a response, and the stores never keep them in clear.
+//
+// The built-in key functions' keys carry their kind, so that keys of
+// different kinds never compare equal, even when two Limiters with the
+// same limits share a store (see WithName): an API key is the credential
+// as presented, which never contains a space (KeyByAPIKey refuses it);
+// every other key begins with its kind and a space: "ip 203.0.113.7",
+// "ip 2001:db8:1:2::/64", "route GET /users/{id}", "header X-Tenant acme",
+// "const global", "compose 2:…". So the IP 10.0.0.1 and a client that
+// sends the API key "10.0.0.1" never share a budget. A key function of
+// your own should do the same: begin with a kind of its own and a space.
 type KeyFunc func(r *http.Request) (string, error)
 
 // ErrMissingKey is wrapped by the errors of the built-in key functions when
@@ -103,6 +113,8 @@ func misconfigured(format string, args ...any) KeyFunc {
 // key, a key containing spaces or control characters, a key longer than
 // MaxKeyLength bytes, or a repeated header (ambiguous: which key pays?) is
 // refused with a *StatusError of 401 Unauthorized wrapping ErrMissingKey.
+// The rate-limit key is the API key itself (no space in it: the other
+// kinds of key have one; see KeyFunc), which costs no allocation.
 //
 // KeyByAPIKey only reads the key; it does not authenticate it. Run it after
 // your authentication middleware, or accept that unknown keys get their own
@@ -135,7 +147,8 @@ func KeyByAPIKey() KeyFunc {
 }
 
 // KeyByHeader keys requests by the value of the named request header
-// (trimmed of surrounding spaces). A missing or empty header, a repeated
+// (trimmed of surrounding spaces): "header " + the canonical name + " " +
+// the value ("header X-Tenant acme"). A missing or empty header, a repeated
 // one, a value with control characters or longer than MaxKeyLength bytes
 // is refused with a *StatusError of 400 Bad Request wrapping ErrMissingKey.
 // An empty or invalid name makes every request fail with 500.
@@ -144,13 +157,18 @@ func KeyByHeader(name string) KeyFunc {
 		return misconfigured("KeyByHeader(%q): invalid header name", name)
 	}
 	canonical := http.CanonicalHeaderKey(name)
+	prefix := "header " + canonical + " "
 	return func(r *http.Request) (string, error) {
 		vs := r.Header[canonical]
 		switch len(vs) {
 		case 0:
 			return "", missingKey(http.StatusBadRequest, "missing %s header", canonical)
 		case 1:
-			return checkKey(http.StatusBadRequest, canonical, vs[0])
+			v, err := checkKey(http.StatusBadRequest, canonical, vs[0])
+			if err != nil {
+				return "", err
+			}
+			return prefix + v, nil
 		default:
 			return "", missingKey(http.StatusBadRequest, "more than one %s header", canonical)
 		}
@@ -230,7 +248,8 @@ func IPv4Prefix(bits int) IPOption {
 // r.RemoteAddr. KeyByIP never reads forwarding headers itself: a client
 // could write any address there.
 //
-// IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) are keyed as the IPv4
+// The key is "ip " and the address or prefix: "ip 192.0.2.1",
+// "ip 2001:db8:1:2::/64". IPv4-mapped IPv6 addresses (::ffff:192.0.2.1) are keyed as the IPv4
 // address and IPv6 zones are dropped, so one client has one key. IPv6
 // addresses are grouped by prefix (see IPv6Prefix; the key is then the
 // prefix, e.g. "2001:db8:1:2::/64"); IPv4 addresses are keyed exactly
@@ -275,7 +294,8 @@ func KeyByIP(opts ...IPOption) KeyFunc {
 var nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
 
 // ipKey returns the key of ip grouped by the given prefix lengths (see
-// KeyByIP for the IPv6 addresses that are not grouped).
+// KeyByIP for the IPv6 addresses that are not grouped), after its kind,
+// "ip ".
 func ipKey(ip netip.Addr, v4Bits, v6Bits int) string {
 	ip = ip.Unmap().WithZone("")
 	bits := v6Bits
@@ -294,11 +314,13 @@ func ipKey(ip netip.Addr, v4Bits, v6Bits int) string {
 	if ip.Is4() {
 		bits = v4Bits
 	}
+	var buf [64]byte // "ip " and the longest IPv6 prefix (46 bytes)
+	b := append(buf[:0], "ip "...)
 	if bits == ip.BitLen() {
-		return ip.String()
+		return string(ip.AppendTo(b))
 	}
 	p, _ := ip.Prefix(bits) // bits is within range: checked by the options
-	return p.String()
+	return string(p.AppendTo(b))
 }
 
 // ErrNoRoute is wrapped by the errors of KeyByRoute.
@@ -307,7 +329,7 @@ var ErrNoRoute = errors.New("ratelimit: no route pattern")
 var routeCtxPool = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 
 // KeyByRoute keys requests by their method and route pattern, e.g.
-// "GET /users/{id}" — never by the raw path, which would give every id its
+// "route GET /users/{id}" — never by the raw path, which would give every id its
 // own budget and let a client create keys without bound. Combine it with
 // another key (Compose(KeyByAPIKey(), KeyByRoute())) for per-client,
 // per-endpoint limits.
@@ -328,7 +350,7 @@ var routeCtxPool = sync.Pool{New: func() any { return chi.NewRouteContext() }}
 //     does not mint keys.
 //
 // A HEAD request without a HEAD route takes the pattern of the GET route
-// (as chi's GetHead middleware serves it), keyed "HEAD <pattern>".
+// (as chi's GetHead middleware serves it), keyed "route HEAD <pattern>".
 //
 // A request that chi cannot route (no such path or method) is refused with
 // a *StatusError of 404 Not Found wrapping ErrNoRoute and ErrMissingKey:
@@ -368,7 +390,7 @@ func KeyByRoute() KeyFunc {
 				return "", &StatusError{Code: http.StatusNotFound,
 					Err: fmt.Errorf("%w: %w: %s matches no route", ErrMissingKey, ErrNoRoute, method)}
 			}
-			return r.Method + " " + pattern, nil
+			return "route " + r.Method + " " + pattern, nil
 		}
 		if r.Pattern != "" {
 			pattern, method := r.Pattern, r.Method
@@ -380,7 +402,7 @@ func KeyByRoute() KeyFunc {
 				// let a client mint a fresh budget per invented method.
 				method = "OTHER"
 			}
-			return method + " " + pattern, nil
+			return "route " + method + " " + pattern, nil
 		}
 		return "", &StatusError{Code: http.StatusInternalServerError,
 			Err: fmt.Errorf("%w: %w: KeyByRoute needs a chi router around the limiter, or a Go 1.22+ ServeMux handler inside it (r.Pattern is empty)",
@@ -399,20 +421,22 @@ func standardMethod(m string) bool {
 	return false
 }
 
-// KeyConst keys every request with s: one budget shared by all clients, for
-// example a global cap in front of a fragile backend. An empty s makes
-// every request fail with 500.
+// KeyConst keys every request with "const " + s: one budget shared by all
+// clients, for example a global cap in front of a fragile backend. An
+// empty s makes every request fail with 500.
 func KeyConst(s string) KeyFunc {
 	if s == "" {
 		return misconfigured("KeyConst(\"\"): empty key")
 	}
-	return func(*http.Request) (string, error) { return s, nil }
+	key := "const " + s
+	return func(*http.Request) (string, error) { return key, nil }
 }
 
 // Compose keys requests by several key functions at once, for example
 // Compose(KeyByAPIKey(), KeyByRoute()) for per-client, per-endpoint limits.
-// Each part is length-prefixed ("3:abc|5:hello"), so the encoding is
-// injective: parts ("a|b", "c") and ("a", "b|c") give different keys. The
+// The key is "compose " and the parts, each length-prefixed
+// ("compose 3:abc|5:hello"), so the encoding is injective: parts ("a|b",
+// "c") and ("a", "b|c") give different keys. The
 // first error of a part is returned as it is. Compose with no functions or
 // a nil one makes every request fail with 500.
 func Compose(fns ...KeyFunc) KeyFunc {
@@ -427,7 +451,7 @@ func Compose(fns ...KeyFunc) KeyFunc {
 	fns = append([]KeyFunc(nil), fns...)
 	return func(r *http.Request) (string, error) {
 		var buf [256]byte
-		b := buf[:0]
+		b := append(buf[:0], "compose "...)
 		for i, fn := range fns {
 			part, err := fn(r)
 			if err != nil {

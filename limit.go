@@ -3,9 +3,9 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -139,7 +139,8 @@ type Limit struct {
 	firstHit  bool // FixedWindow: windows open at a key's first hit
 	unit      Unit
 	cost      CostFunc
-	shadow    bool // decided and charged, never refuses (see Shadow)
+	shadow    bool   // decided and charged, never refuses (see Shadow)
+	ns        string // the Limiter's name (WithName), or "": see inNamespace
 
 	// Derived by finish; the rate Quota/Period expressed as an exact
 	// ratio: refilling one unit takes scale/drain microseconds.
@@ -147,9 +148,13 @@ type Limit struct {
 	drain    int64 // units-per-microsecond numerator: Quota/g
 	capacity int64 // Burst × scale, the capacity in internal units
 	periodUS int64 // Period in µs
-	id       string
-	buildErr error // first error from a builder method; sticks
-	err      error // buildErr, or the result of validation
+	// The quota and window announced in RateLimit-Policy (q and w, see
+	// HeadersIETF): Quota and Period in seconds, or both scaled when the
+	// period is not a whole number of seconds.
+	wireQ, wireW int64
+	id           string
+	buildErr     error // first error from a builder method; sticks
+	err          error // buildErr, or the result of validation
 }
 
 // Every returns a limit of quota units per period, for example
@@ -216,8 +221,9 @@ func (l Limit) CostFrom(fn CostFunc) Limit {
 
 // Shadow returns a copy of l in shadow (dry-run) mode, to dark-launch a
 // limit: the Limiter decides it with every request and charges it when it
-// admits, reports it in the rate-limit fields, in Stats.ShadowLimited and
-// to Hooks.OnDecision, but never refuses a request because of it. A
+// admits, reports it in Stats.ShadowLimited and to Hooks.OnDecision, but
+// never refuses a request because of it. It is left out of the rate-limit
+// fields, so that clients do not slow down for it (HeadersShadow lists it). A
 // refusal by a shadow limit does not block the charge of the enforced
 // limits, and a request it refuses is not charged to it, so its state is
 // exactly what it would be if it were enforced on the admitted traffic.
@@ -234,7 +240,10 @@ func (l Limit) IsShadow() bool { return l.shadow }
 // how the limit is described (headers, errors), not what is counted. A limit
 // without a Named name is named after its unit, so WithUnit then renames it
 // too (and so its ID and storage keys): name limits explicitly when the
-// unit may change.
+// unit may change. u must be 1 to 64 printable ASCII characters (%x20-7E)
+// other than '"' and '\', since it is sent in the RateLimit-Policy field
+// as an RFC 9651 String (§3.3.3, which allows nothing else); Err, and so
+// New, report any other unit (such as "tökens") as invalid.
 func (l Limit) WithUnit(u Unit) Limit { l.unit = u; return l.finish() }
 
 // Name returns the policy name: the one given to Named, or else the unit's
@@ -270,8 +279,11 @@ func (l Limit) Unit() Unit { return l.unit }
 func (l Limit) Cost() CostFunc { return l.cost }
 
 // ID returns a string that identifies the limit's name, algorithm and
-// parameters. Stores use it in storage keys, so changing a limit's quota,
-// period or burst starts its keys afresh instead of misreading old state.
+// parameters, and the name of the Limiter it belongs to (WithName: a
+// limit of Limiter.Limits of a Limiter named "ip" has an ID starting with
+// "ip/"). Stores use it in storage keys, so changing a limit's quota,
+// period or burst starts its keys afresh instead of misreading old state,
+// and Limiters with different names never share state.
 func (l Limit) ID() string { return l.id }
 
 // Err returns nil if the limit can be enforced, or an error wrapping
@@ -296,6 +308,7 @@ func (l Limit) String() string {
 // finish validates l and computes its derived fields.
 func (l Limit) finish() Limit {
 	l.scale, l.drain, l.capacity, l.periodUS, l.id = 0, 0, 0, 0, ""
+	l.wireQ, l.wireW = 0, 0
 	l.err = l.buildErr
 	if l.err == nil {
 		l.err = l.validate()
@@ -322,7 +335,89 @@ func (l Limit) finish() Limit {
 	}
 	l.id = l.Name() + ":" + code + ":" + strconv.FormatInt(l.quota, 10) + ":" +
 		strconv.FormatInt(periodMicros, 10) + ":" + strconv.FormatInt(l.Burst(), 10)
+	if l.ns != "" {
+		l.id = l.ns + "/" + l.id
+	}
+	l.wireQ, l.wireW = wireWindow(l.quota, periodMicros)
 	return l
+}
+
+// inNamespace returns a copy of l that belongs to the Limiter named ns
+// (WithName; "" for an unnamed Limiter): its ID, and so its stored state,
+// starts with "ns/", and its name in the rate-limit fields and problem
+// details is "ns/" + Name (see policyName). Name, and so ReportUsage,
+// is unchanged.
+func (l Limit) inNamespace(ns string) Limit {
+	if l.ns == ns {
+		return l
+	}
+	l.ns = ns
+	return l.finish()
+}
+
+// policyName returns the limit's name in the rate-limit fields and problem
+// details: Name, prefixed by the Limiter's name and a slash when the
+// Limiter has one (WithName). A slash cannot occur in either name, so
+// distinct (Limiter, limit) pairs never share a policy name.
+func (l *Limit) policyName() string {
+	if l.ns == "" {
+		return l.Name()
+	}
+	return l.ns + "/" + l.Name()
+}
+
+// maxExactWindow bounds the window, in seconds, that wireWindow chooses
+// to state a sub-second rate exactly.
+const maxExactWindow = 60
+
+// wireWindow returns the q and w parameters of RateLimit-Policy for quota
+// units per periodUS µs (draft-ietf-httpapi-ratelimit-headers-11 §3.1.1,
+// §3.1.3: w is a positive whole number of seconds, "sub-second precision
+// is not supported"). A whole-second period is sent as it is. Any other
+// period is scaled to a window of w whole seconds with the same rate,
+// q/w = quota/period: the smallest w ≥ the period, rounded up, for which
+// q is a whole number, when that w is at most max(60, twice the rounded
+// period) (Every(2, 500ms) → q=4;w=1; Every(10, 1500ms) → q=20;w=3;
+// Every(3, 700ms) → q=30;w=7). Otherwise w is the period rounded up and
+// q the quota for w rounded down, so the rate is never overstated
+// (Every(1, 999999µs) → q=1;w=1). q is capped at the largest RFC 9651
+// Integer.
+func wireWindow(quota, periodUS int64) (q, w int64) {
+	const second = int64(time.Second / time.Microsecond)
+	if periodUS%second == 0 {
+		return min(quota, maxSFInteger), periodUS / second
+	}
+	// q = quota × w × 10^6 / periodUS is whole iff w is a multiple of
+	// w0 = periodUS / gcd(periodUS, quota × 10^6 mod periodUS).
+	hi, lo := bits.Mul64(uint64(quota), uint64(second))
+	_, rem := bits.Div64(hi%uint64(periodUS), lo, uint64(periodUS))
+	w0 := periodUS / gcd(periodUS, int64(rem))
+	c := ceilDiv(periodUS, second)
+	w = ceilDiv(c, w0) * w0
+	if w > max(maxExactWindow, 2*c) {
+		w = c
+	}
+	hi, lo = bits.Mul64(uint64(quota), uint64(w*second))
+	if hi >= uint64(periodUS) {
+		return maxSFInteger, w // q ≥ 2^64: beyond any RFC 9651 Integer
+	}
+	n, _ := bits.Div64(hi, lo, uint64(periodUS))
+	return int64(min(n, maxSFInteger)), w
+}
+
+// validUnit reports whether u can be a Limit's unit: 1 to 64 printable
+// ASCII characters (%x20-7E, what an RFC 9651 String may hold) other than
+// '"' and '\', which need escaping in the fields and quoting in messages.
+func validUnit(u Unit) bool {
+	if len(u) == 0 || len(u) > 64 {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if c := u[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func (l Limit) validate() error {
@@ -343,8 +438,8 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: unit %q cannot serve as the limit's name (1 to 64 characters from [A-Za-z0-9_.-]); name the limit with Named", ErrInvalidLimit, l.unit)
 	case !validName(l.Name()):
 		return fmt.Errorf("%w: name %q must be 1 to 64 characters from [A-Za-z0-9_.-]", ErrInvalidLimit, l.Name())
-	case l.unit == "" || strings.ContainsAny(string(l.unit), "\"\\\r\n"):
-		return fmt.Errorf("%w: unit %q", ErrInvalidLimit, l.unit)
+	case !validUnit(l.unit):
+		return fmt.Errorf("%w: unit %q must be 1 to 64 printable ASCII characters without '\"' or '\\' (it is sent in the RateLimit-Policy field)", ErrInvalidLimit, l.unit)
 	}
 	return nil
 }

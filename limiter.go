@@ -44,6 +44,9 @@ type Limiter struct {
 	// maxWait bounds Result.Delay when maxWaitSet (WithMaxWait).
 	maxWait    time.Duration
 	maxWaitSet bool
+
+	namespaceState             // WithName (name.go)
+	jitter         retryJitter // WithRetryJitter (retry.go)
 }
 
 // New returns a Limiter that keeps its state in store. It validates the
@@ -54,7 +57,10 @@ type Limiter struct {
 // mistake): the store must not be nil, there must be at least one limit
 // (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
 // and the names unique (the sets of WithLimitsFunc are validated by
-// NewPolicySet and NewPlans). Every error wraps ErrInvalidConfig.
+// NewPolicySet and NewPlans), and, unless the Limiter is named
+// (WithName), no other unnamed Limiter on the same store in this process
+// may have a limit of the same name (see WithName). Every error wraps
+// ErrInvalidConfig.
 //
 // Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
 // DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
@@ -80,7 +86,6 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		if set, err = NewPolicySet(c.limits...); err != nil {
 			return nil, err // wraps ErrInvalidConfig
 		}
-		c.limits = set.limits
 	}
 	if c.skipKeyErr && c.keyErr != nil {
 		return nil, fmt.Errorf("%w: WithSkipOnKeyError and WithKeyErrorHandler exclude each other", ErrInvalidConfig)
@@ -109,7 +114,14 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
 	}
-	l.headers = newStyleWriter(c.style, c.headers, l.limits)
+	l.headers = &styleWriter{style: c.style, others: c.headers}
+	l.name = c.name
+	l.rebind = c.name != "" || c.style&HeadersShadow != 0
+	l.jitter = newRetryJitter(c.jitterPPM)
+	if set != nil {
+		l.set = l.boundSet(set)
+		l.limits = l.set.limits
+	}
 	switch {
 	case l.reject != nil:
 	case c.format.Reject != nil:
@@ -123,6 +135,10 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		l.keyErr = c.format.KeyError
 	default:
 		l.keyErr = DefaultKeyErrorHandler
+	}
+	// Last: a New that fails leaves no claim behind.
+	if err := claim(store, l.limits, l.name != ""); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return l, nil
 }

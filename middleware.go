@@ -28,9 +28,11 @@ import (
 //     releases its estimates (see WithChargeOnServerError). With a
 //     LeakyBucket limit, next runs only once the request's slot comes
 //     (Result.Delay); if the request's context ends while it waits, next
-//     never runs, its reservation is refunded and the answer is 503.
+//     never runs, its reservation is refunded and the answer is 503 with
+//     Retry-After the Delay it was given, in whole seconds rounded up.
 //   - Refused: the rate-limit fields are set and the RejectHandler answers:
-//     by default 429 with Retry-After (or the WithQuotaExhaustedStatus
+//     by default 429 with Retry-After, the wait plus jitter
+//     (WithRetryJitter), in whole seconds rounded up (or the WithQuotaExhaustedStatus
 //     status for a long quota), or 413 without it when a cost exceeds a
 //     limit's burst (waiting cannot help), with an RFC 9457 problem body
 //     (see DefaultRejectHandler; WithErrorFormat for another shape, such
@@ -82,6 +84,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			l.limitsError(w, r, err)
 			return
 		}
+		set = l.bind(set)
 	}
 	s := l.newState(ctx, key, set)
 	for i := range set.limits {
@@ -126,7 +129,15 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	}
 	l.record(ctx, res)
 
-	l.headers.write(w.Header(), res, set.policy)
+	if !res.Allowed {
+		// What the client is told: the true wait plus jitter, from here on.
+		res.RetryAfter = l.jitter.apply(res.RetryAfter)
+	}
+	if overWait {
+		l.headers.write(w.Header(), overWaitFields(res), set.policy)
+	} else {
+		l.headers.write(w.Header(), res, set.policy)
+	}
 	if !res.Allowed {
 		status := http.StatusTooManyRequests // a WithMaxWait refusal
 		if !overWait {
@@ -148,6 +159,8 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		s.mu.Lock()
 		clear(s.reported)
 		s.mu.Unlock()
+		// Its slot was Delay away: a retry should not come sooner.
+		w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.Delay)))
 		writeEnded(w)
 		return
 	}

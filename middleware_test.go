@@ -34,23 +34,26 @@ func TestRequestsPerMinuteExhaustion(t *testing.T) {
 	h := lim.Handler(okHandler)
 
 	// 60 requests at one instant: request i leaves 60-i and needs i
-	// seconds to drain back to full.
+	// seconds to drain back to full (X-RateLimit-Reset), but the first of
+	// those, one unit more than r, is back after 1 s: the effective window
+	// t (draft -11 §4.1.2), within which no more than r can be spent.
 	for i := 1; i <= 60; i++ {
 		w := serve(h, request("GET", "/", "k1", -1))
 		require.Equal(t, http.StatusOK, w.Code, "request %d", i)
 		assert.Equal(t, `"requests";q=60;w=60`, w.Header().Get("RateLimit-Policy"))
-		assert.Equal(t, fmt.Sprintf(`"requests";r=%d;t=%d`, 60-i, i), w.Header().Get("RateLimit"), "request %d", i)
+		assert.Equal(t, fmt.Sprintf(`"requests";r=%d;t=1`, 60-i), w.Header().Get("RateLimit"), "request %d", i)
 		assert.Equal(t, "60", w.Header().Get("X-RateLimit-Limit"))
 		assert.Equal(t, fmt.Sprint(60-i), w.Header().Get("X-RateLimit-Remaining"))
 		assert.Equal(t, fmt.Sprint(i), w.Header().Get("X-RateLimit-Reset"))
 		assert.Empty(t, w.Header().Get("Retry-After"))
 	}
 
-	// The 61st needs one more request of room: exactly 1s.
+	// The 61st needs one more request of room: exactly 1s, and t is
+	// Retry-After (draft -11 §6: the same point in time).
 	w := serve(h, request("GET", "/", "k1", -1))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"requests";r=0;t=60`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=0;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, "0", w.Header().Get("X-RateLimit-Remaining"))
 	assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 	assert.Equal(t, quotaExceededBody, w.Body.String())
@@ -58,19 +61,22 @@ func TestRequestsPerMinuteExhaustion(t *testing.T) {
 	// Another key is unaffected.
 	assert.Equal(t, http.StatusOK, serve(h, request("GET", "/", "k2", -1)).Code)
 
-	// 300ms later the wait is 700ms, announced as 1 (rounded up); the
-	// bucket holds 59.7s of use, announced as t=60.
+	// 300ms later the wait is 700ms, announced as 1 (rounded up) in
+	// Retry-After and t alike.
 	clock.Advance(300 * time.Millisecond)
 	w = serve(h, request("GET", "/", "k1", -1))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "1", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"requests";r=0;t=60`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=0;t=1`, w.Header().Get("RateLimit"))
 
-	// At 1s one request fits again, and leaves the bucket empty.
+	// At 1s one request fits again, and leaves the bucket empty: the next
+	// unit is back 1 s later (full in 60 s, of which 59 s refill the
+	// units after it).
 	clock.Advance(700 * time.Millisecond)
 	w = serve(h, request("GET", "/", "k1", -1))
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, `"requests";r=0;t=60`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=0;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, "60", w.Header().Get("X-RateLimit-Reset"))
 
 	assert.Equal(t, ratelimit.Stats{Allowed: 62, Limited: 2}, lim.Stats())
 }
@@ -111,27 +117,31 @@ func TestStackedLimitsAreAtomic(t *testing.T) {
 	lim, _, _ := newLimiter(t, aiLimits())
 	h := lim.Handler(okHandler)
 
-	// 99,990 tokens: 10 left; 99,990 × 0.864s = 86,391.36s → t=86392.
+	// 99,990 tokens: 10 left; full in 99,990 × 0.864s = 86,391.36s, of
+	// which the 99,989 tokens after the next one take 86,390.496s: the
+	// 11th is back in 0.864s → t=1.
 	w := serve(h, request("POST", "/v1/chat", "k", 99_990))
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, `"requests";q=60;w=60, "tokens";q=100000;w=86400;rampmeter-unit="tokens"`, w.Header().Get("RateLimit-Policy"))
-	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=10;t=86392`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=10;t=1`, w.Header().Get("RateLimit"))
 
-	// 20 tokens do not fit: 10 missing × 0.864s = 8.64s → 9. Nothing is
-	// charged: requests still has 59.
+	// 20 tokens do not fit: 10 missing × 0.864s = 8.64s → 9, which is
+	// also the binding tokens limit's t. Nothing is charged: requests
+	// still has 59.
 	w = serve(h, request("POST", "/v1/chat", "k", 20))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "9", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=10;t=86392`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=10;t=9`, w.Header().Get("RateLimit"))
 	assert.Equal(t, `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,`+
 		`"detail":"quota exceeded: the \"tokens\" limit allows 100000 tokens per day and this request needs 20 (10 left); retry after 9 seconds",`+
 		`"violated-policies":["tokens"],"retry-after-seconds":9}`+"\n", w.Body.String())
 
 	// 5 tokens fit; requests goes from 59 to 58, proving the refused
-	// request did not charge it. 99,995 × 0.864s = 86,395.68s → 86396.
+	// request did not charge it. The next unit of either is one emission
+	// interval away (1 s, 0.864 s) → t=1.
 	w = serve(h, request("POST", "/v1/chat", "k", 5))
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, `"requests";r=58;t=2, "tokens";r=5;t=86396`, w.Header().Get("RateLimit"))
+	assert.Equal(t, `"requests";r=58;t=1, "tokens";r=5;t=1`, w.Header().Get("RateLimit"))
 
 	assert.Equal(t, ratelimit.Stats{Allowed: 2, Limited: 1}, lim.Stats())
 }
@@ -147,7 +157,9 @@ func TestCostAboveBurstIsNeverAdmitted(t *testing.T) {
 	w := serve(h, request("POST", "/v1/chat", "k", 150_000))
 	require.Equal(t, http.StatusRequestEntityTooLarge, w.Code)
 	assert.Empty(t, w.Header().Values("Retry-After"), "413 must not invite a retry")
-	assert.Equal(t, `"requests";r=60;t=0, "tokens";r=100000;t=0`, w.Header().Get("RateLimit"))
+	// Full buckets: once r is spent, the next unit is one emission
+	// interval (1 s, 0.864 s) away → t=1.
+	assert.Equal(t, `"requests";r=60;t=1, "tokens";r=100000;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, tooLargeBody, w.Body.String())
 	assert.Equal(t, ratelimit.Stats{TooLarge: 1}, lim.Stats())
 }
@@ -558,9 +570,10 @@ func TestManyLimits(t *testing.T) {
 	lim, store, _ := newLimiter(t, ratelimit.WithLimits(limits...))
 	w := serve(lim.Handler(reporting(t, 30, nil)), request("POST", "/", "k", 10))
 	require.Equal(t, http.StatusOK, w.Code)
-	// Reset of one unit: a 100ms, b 1s, c 6s, d 14.4s → 15; tokens 10 ×
-	// 0.864s = 8.64s → 9.
-	assert.Equal(t, `"a";r=9;t=1, "b";r=59;t=1, "c";r=599;t=6, "d";r=5999;t=15, "tokens";r=99990;t=9`, w.Header().Get("RateLimit"))
+	// The spent unit comes back after one emission interval: a 100ms → 1,
+	// b 1s, c 6s, d 14.4s → 15; tokens: full in 10 × 0.864s, the 99,991st
+	// back after 0.864s → 1.
+	assert.Equal(t, `"a";r=9;t=1, "b";r=59;t=1, "c";r=599;t=6, "d";r=5999;t=15, "tokens";r=99990;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, int64(20), singleAdjust(t, store).Cost)
 }
 

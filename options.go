@@ -68,6 +68,8 @@ type config struct {
 	hooks        Hooks
 	maxWait      time.Duration // with maxWaitSet: WithMaxWait
 	maxWaitSet   bool
+	name         string // WithName
+	jitterPPM    int64  // WithRetryJitter, parts per million
 
 	// Options for costly requests and per-request limits (plans.go).
 	limitsFunc          LimitsFunc
@@ -103,13 +105,16 @@ func WithLimits(limits ...Limit) Option {
 
 // WithHeaders sets the rate-limit fields of responses (default
 // HeadersIETF) to those the writers write, in order: built-in styles
-// (HeadersIETF, HeadersXRateLimit, combined with |), HeadersNone for none,
-// and any other HeaderWriter, such as llm.OpenAIHeaders(), beside them:
+// (HeadersIETF, HeadersXRateLimit, HeadersShadow, combined with |),
+// HeadersNone for none, and any other HeaderWriter, such as
+// llm.OpenAIHeaders(), beside them:
 //
 //	ratelimit.WithHeaders(ratelimit.HeadersIETF, llm.OpenAIHeaders())
 //
-// At least one writer is required, none may be nil, and a style must be
-// known. A later WithHeaders replaces an earlier one.
+// At least one writer is required, none may be nil, a style must be known
+// (and HeadersShadow combined with HeadersIETF), and a writer with a
+// Validate() error method must return nil from it. A later WithHeaders
+// replaces an earlier one.
 func WithHeaders(writers ...HeaderWriter) Option {
 	return func(c *config) error {
 		if len(writers) == 0 {
@@ -127,8 +132,16 @@ func WithHeaders(writers ...HeaderWriter) Option {
 				}
 				style |= w
 			default:
+				if v, ok := w.(interface{ Validate() error }); ok {
+					if err := v.Validate(); err != nil {
+						return fmt.Errorf("WithHeaders: writer %d: %w", i, err)
+					}
+				}
 				others = append(others, w)
 			}
+		}
+		if style&HeadersShadow != 0 && style&HeadersIETF == 0 {
+			return fmt.Errorf("WithHeaders(%v): HeadersShadow adds shadow limits to the HeadersIETF fields; combine it with HeadersIETF", style)
 		}
 		c.style, c.headers = style, others
 		return nil

@@ -21,7 +21,7 @@ var ErrUnknownPlan = errors.New("ratelimit: unknown plan")
 // concurrent use.
 type PolicySet struct {
 	limits  []Limit // Decisions point into this slice
-	policy  string  // the RateLimit-Policy field (HeadersIETF)
+	policy  string  // the RateLimit-Policy value (HeadersIETF, no shadow limits)
 	shadow  bool    // some limit is a shadow limit
 	hasCost bool    // some limit has a cost function
 }
@@ -49,12 +49,18 @@ func NewPolicySet(limits ...Limit) (*PolicySet, error) {
 		s.shadow = s.shadow || l.shadow
 		s.hasCost = s.hasCost || l.cost != nil
 	}
+	s.policy = s.policyField(false)
+	return s, nil
+}
+
+// policyField returns the RateLimit-Policy value of s's limits, shadow
+// limits only when shadow is set.
+func (s *PolicySet) policyField(shadow bool) string {
 	ptrs := make([]*Limit, len(s.limits))
 	for i := range s.limits {
 		ptrs[i] = &s.limits[i]
 	}
-	s.policy = policyField(ptrs)
-	return s, nil
+	return policyField(ptrs, shadow)
 }
 
 // Limits returns a copy of the set's limits, in order.

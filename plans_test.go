@@ -121,7 +121,9 @@ func TestLimitsFuncPlans(t *testing.T) {
 		w := serve(h, send("sk-free-carol", ""))
 		assert.Equal(t, `"requests";q=2;w=60, "tokens";q=100000;w=86400;rampmeter-unit="tokens"`, w.Header().Get("RateLimit-Policy"))
 		w = serve(h, send("sk-pro-carol", "big"))
-		assert.Equal(t, `"requests-big";q=1;w=60, "tokens";q=100000;w=86400;rampmeter-unit="tokens"`, w.Header().Get("RateLimit-Policy"))
+		// The pro plans' tokens limit has a burst of 1,000,000 above its
+		// quota: told in rampmeter-burst.
+		assert.Equal(t, `"requests-big";q=1;w=60, "tokens";q=100000;w=86400;rampmeter-unit="tokens";rampmeter-burst=1000000`, w.Header().Get("RateLimit-Policy"))
 
 		// Every admitted request settled against its own plan's limits:
 		// 100 reserved, 10 used.

@@ -93,7 +93,8 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 //
 //   - 429: type ProblemQuotaExceeded, title "Too Many Requests", a detail
 //     naming the binding limit, its quota and period and the wait, the
-//     refusing limits in "violated-policies" and the wait in
+//     refusing limits in "violated-policies" (their names in the
+//     RateLimit fields: "ip/requests" for a Limiter named "ip") and the wait in
 //     "retry-after-seconds" (the Retry-After value):
 //     {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded: the \"requests\" limit allows 60 requests per minute; retry after 1 second","violated-policies":["requests"],"retry-after-seconds":1}
 //   - 413: type ProblemRequestTooLarge, title "Request Too Large", a detail
@@ -115,7 +116,7 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 		p.Type, p.Title = ProblemRequestTooLarge, "Request Too Large"
 		for i := range rej.Decisions {
 			if d := &rej.Decisions[i]; d.Never() && !d.Limit.shadow {
-				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.Name())
+				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.policyName())
 			}
 		}
 		if d := rej.Binding(); d != nil {
@@ -126,7 +127,7 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 		p.Type, p.Title = ProblemQuotaExceeded, http.StatusText(rej.Status)
 		for i := range rej.Decisions {
 			if d := &rej.Decisions[i]; !d.Allowed && !d.Limit.shadow {
-				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.Name())
+				p.ViolatedPolicies = append(p.ViolatedPolicies, d.Limit.policyName())
 			}
 		}
 		secs := retryAfterSeconds(rej.RetryAfter)

@@ -36,9 +36,11 @@ func TestReserveClamp(t *testing.T) {
 	w := serve(h, request("POST", "/", "k", 800))
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, int64(500), reserved)
-	assert.Equal(t, `"tokens";r=500;t=30`, w.Header().Get("RateLimit")) // 500 × 60ms
+	// t: the token after the r left is back in one interval, 60ms → 1
+	// (full in 500 × 60ms, of which 499 × 60ms refill the tokens after it).
+	assert.Equal(t, `"tokens";r=500;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, http.StatusOK, inner.code)
-	assert.Equal(t, `"tokens";r=200;t=48`, inner.rateLimit) // 800 × 60ms
+	assert.Equal(t, `"tokens";r=200;t=1`, inner.rateLimit) // 800 × 60ms − 799 × 60ms
 
 	// Both settled: +300 for request 1 (800 used, 500 reserved), 0 for
 	// request 2. 1,100 used of 1,000: 100 of debt, the overage of the
@@ -47,7 +49,7 @@ func TestReserveClamp(t *testing.T) {
 	w = serve(lim.Handler(okHandler), request("POST", "/", "k", 1))
 	require.Equal(t, http.StatusTooManyRequests, w.Code)
 	assert.Equal(t, "7", w.Header().Get("Retry-After"))
-	assert.Equal(t, `"tokens";r=0;t=66`, w.Header().Get("RateLimit")) // 1,100 × 60ms
+	assert.Equal(t, `"tokens";r=0;t=7`, w.Header().Get("RateLimit")) // the binding limit's t is Retry-After
 
 	// An estimate above the burst is not clamped: it can never fit.
 	w = serve(lim.Handler(okHandler), request("POST", "/", "other", 1001))
@@ -56,7 +58,7 @@ func TestReserveClamp(t *testing.T) {
 	// 1/3 of 1,000 is 333 (rounded down).
 	lim, _, _ = newLimiter(t, ratelimit.WithLimits(tpm()), ratelimit.WithReserveClamp(1.0/3))
 	w = serve(lim.Handler(okHandler), request("POST", "/", "k", 400))
-	assert.Equal(t, `"tokens";r=667;t=20`, w.Header().Get("RateLimit")) // 333 × 60ms = 19.98s
+	assert.Equal(t, `"tokens";r=667;t=1`, w.Header().Get("RateLimit")) // 333 × 60ms − 332 × 60ms
 
 	for _, f := range []float64{0, -0.5, 1.5, math.NaN(), math.Inf(1)} {
 		_, err := ratelimit.New(newStore(t, time.Now), ratelimit.WithLimits(tpm()), ratelimit.WithReserveClamp(f))
@@ -211,15 +213,15 @@ func TestConcurrentRequestsNeverOvershoot(t *testing.T) {
 			// The same, each using 150: 10 × 150 = 1,500 = the limit
 			// plus the in-flight overage 10 × (150 − 100) = 500. The key
 			// is 500 tokens in debt: a 1-token request waits for 501
-			// tokens, 30.06s → 31; the bucket is full again after 1,500 ×
-			// 60ms = 90s.
+			// tokens, 30.06s → 31, the binding limit's t too (the bucket
+			// is full again only after 1,500 × 60ms = 90s).
 			b := newBarrier(50)
 			lim, _, _ := newLimiterOn(t, f, ratelimit.WithLimits(tpm()), ratelimit.WithHooks(b.hooks()))
 			assert.Equal(t, map[int]int{200: 10, 429: 40}, wave(t, lim, b, 50, "k", 100, 150))
 			w := serve(lim.Handler(okHandler), request("POST", "/", "k", 1))
 			require.Equal(t, http.StatusTooManyRequests, w.Code)
 			assert.Equal(t, "31", w.Header().Get("Retry-After"))
-			assert.Equal(t, `"tokens";r=0;t=90`, w.Header().Get("RateLimit"))
+			assert.Equal(t, `"tokens";r=0;t=31`, w.Header().Get("RateLimit"))
 		})
 		t.Run("charging after the response overshoots", func(t *testing.T) {
 			// Estimate 0, usage 100: every request is admitted, 5,000
@@ -227,8 +229,13 @@ func TestConcurrentRequestsNeverOvershoot(t *testing.T) {
 			b := newBarrier(50)
 			lim, _, _ := newLimiterOn(t, f, ratelimit.WithLimits(tpm()), ratelimit.WithHooks(b.hooks()))
 			assert.Equal(t, map[int]int{200: 50}, wave(t, lim, b, 50, "k", 0, 100))
+			// A peek (cost 0) is refused while the key is in debt, until
+			// the 4,000 tokens beyond capacity have drained: 4,000 × 60ms
+			// = 240s, in Retry-After and the binding t alike.
 			w := serve(lim.Handler(okHandler), request("POST", "/", "k", 0))
-			assert.Equal(t, `"tokens";r=0;t=300`, w.Header().Get("RateLimit")) // 5,000 × 60ms
+			assert.Equal(t, http.StatusTooManyRequests, w.Code)
+			assert.Equal(t, "240", w.Header().Get("Retry-After"))
+			assert.Equal(t, `"tokens";r=0;t=240`, w.Header().Get("RateLimit"))
 		})
 	})
 }

@@ -14,7 +14,9 @@ type Result struct {
 	// RetryAfter is 0 when Allowed; otherwise the longest RetryAfter of
 	// the refusing limits, or RetryNever if any of them can never admit
 	// the request. For a refusal because the store failed (FailClosed) it
-	// is one second.
+	// is one second. The Result that the middleware gives a RejectHandler
+	// and the HeaderWriters holds the wait the client is told: this one
+	// plus the jitter of WithRetryJitter.
 	RetryAfter time.Duration
 	// Delay is how long the caller must wait before acting on an
 	// admission: the longest Decision.Delay, nonzero only with LeakyBucket

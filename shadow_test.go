@@ -22,8 +22,10 @@ func TestShadowLimitNeverRefuses(t *testing.T) {
 		hooks := ratelimit.WithHooks(ratelimit.Hooks{OnDecision: func(_ context.Context, res ratelimit.Result) {
 			shadowed = append(shadowed, res.Allowed && res.ShadowLimited())
 		}})
-		lim, store, _ := newLimiterOn(t, f, ratelimit.WithLimits(requests, tokens.Shadow()), hooks,
-			ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit))
+		// Named, so that the enforced twin below may share its state;
+		// HeadersShadow lists the shadow limit in the IETF fields.
+		lim, store, _ := newLimiterOn(t, f, ratelimit.WithName("api"), ratelimit.WithLimits(requests, tokens.Shadow()), hooks,
+			ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit|ratelimit.HeadersShadow))
 		var reserved []bool
 		h := lim.Handler(reporting(t, 30, func(_ http.ResponseWriter, r *http.Request) {
 			_, ok := ratelimit.Reserved(r.Context(), "tokens")
@@ -31,20 +33,22 @@ func TestShadowLimitNeverRefuses(t *testing.T) {
 		}))
 
 		// 60 tokens: both limits admit and are charged (40 tokens left,
-		// full again in 60 × 600ms = 36s); the usage (30) settles both.
+		// the 41st back in one interval, 600ms → t=1); the usage (30)
+		// settles both.
 		w := serve(h, request("POST", "/", "k", 60))
 		require.Equal(t, http.StatusOK, w.Code)
-		assert.Equal(t, `"requests";r=59;t=1, "tokens";r=40;t=36`, w.Header().Get("RateLimit"))
-		assert.Equal(t, `"requests";q=60;w=60, "tokens";q=100;w=60;rampmeter-unit="tokens";rampmeter-shadow`, w.Header().Get("RateLimit-Policy"))
+		assert.Equal(t, `"api/requests";r=59;t=1, "api/tokens";r=40;t=1`, w.Header().Get("RateLimit"))
+		assert.Equal(t, `"api/requests";q=60;w=60, "api/tokens";q=100;w=60;rampmeter-unit="tokens";rampmeter-shadow`, w.Header().Get("RateLimit-Policy"))
 		assert.Equal(t, int64(-30), singleAdjust(t, store).Cost)
 
 		// 80 tokens: only 70 left, so the shadow limit refuses. The
 		// request passes anyway; requests is charged (58 left), tokens is
-		// not (70 left, as if the limit had refused), and its report is
-		// not settled against it. Two Takes: the first charged nothing.
+		// not (70 left, as if the limit had refused; its t is the wait for
+		// the 10 missing, 6s), and its report is not settled against it.
+		// Two Takes: the first charged nothing.
 		w = serve(h, request("POST", "/", "k", 80))
 		require.Equal(t, http.StatusOK, w.Code)
-		assert.Equal(t, `"requests";r=58;t=2, "tokens";r=70;t=18`, w.Header().Get("RateLimit"))
+		assert.Equal(t, `"api/requests";r=58;t=1, "api/tokens";r=70;t=6`, w.Header().Get("RateLimit"))
 		assert.Equal(t, "60", w.Header().Get("X-RateLimit-Limit"), "a shadow limit never binds")
 		assert.Len(t, store.Adjusts(), 1, "nothing to settle: tokens was not charged")
 		assert.Equal(t, 3, store.takes)
@@ -52,14 +56,14 @@ func TestShadowLimitNeverRefuses(t *testing.T) {
 		// A cost above the shadow limit's burst can never fit it: still
 		// admitted.
 		require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", 500)).Code)
-		assert.Equal(t, []int64{57, 70}, peek(t, store.Store, "k", requests, tokens))
+		assert.Equal(t, []int64{57, 70}, peek(t, store.Store, "k", lim.Limits()...))
 		assert.Equal(t, []bool{true, false, false}, reserved)
 		assert.Equal(t, []bool{false, true, true}, shadowed)
 		assert.Equal(t, ratelimit.Stats{Allowed: 3, ShadowLimited: 2, Settled: 1}, lim.Stats())
 
 		// Flip it to enforced: same ID, same state. 80 tokens now wait
 		// for 10 more: 6s.
-		enforced, err := ratelimit.New(store, ratelimit.WithLimits(requests, tokens))
+		enforced, err := ratelimit.New(store, ratelimit.WithName("api"), ratelimit.WithLimits(requests, tokens))
 		require.NoError(t, err)
 		w = serve(enforced.Handler(okHandler), request("POST", "/", "k", 80))
 		require.Equal(t, http.StatusTooManyRequests, w.Code)

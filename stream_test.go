@@ -64,10 +64,10 @@ func TestStreamingIsChargedItsRealUsage(t *testing.T) {
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		// The fields came with the header, before any event: they show
-		// the reservation (1,000 tokens).
+		// the reservation (1,000 tokens; the next token back in 0.864s).
 		require.Equal(t, http.StatusOK, resp.StatusCode)
 		assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
-		assert.Equal(t, `"requests";r=59;t=1, "tokens";r=99000;t=864`, resp.Header.Get("RateLimit"))
+		assert.Equal(t, `"requests";r=59;t=1, "tokens";r=99000;t=1`, resp.Header.Get("RateLimit"))
 		assert.Empty(t, resp.Trailer)
 
 		rd := bufio.NewReader(resp.Body)

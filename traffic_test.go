@@ -56,7 +56,9 @@ func trafficLimiter(t testing.TB, store ratelimit.Store, limits ...ratelimit.Lim
 	t.Helper()
 	// A generous store timeout: miniredis on a busy test machine can take
 	// longer than the default, and these tests measure counts, not time.
-	lim, err := ratelimit.New(store, ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithLimits(limits...),
+	// One name for the servers of one deployment: they share the state
+	// on purpose (see WithName).
+	lim, err := ratelimit.New(store, ratelimit.WithName("api"), ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithLimits(limits...),
 		ratelimit.WithStoreTimeout(10*time.Second))
 	require.NoError(t, err)
 	return lim

@@ -59,7 +59,9 @@ type worker struct {
 
 func newWorker(t *testing.T, store ratelimit.Store, clock *fakeClock, limits ...ratelimit.Limit) *worker {
 	t.Helper()
-	lim, err := ratelimit.New(store, ratelimit.WithLimits(limits...))
+	// One name for all workers: they are the processes of one deployment
+	// and share the state on purpose (see WithName).
+	lim, err := ratelimit.New(store, ratelimit.WithName("vendor"), ratelimit.WithLimits(limits...))
 	require.NoError(t, err)
 	w := &worker{lim: lim, tr: &ratelimit.Transport{Limiter: lim}}
 	ratelimit.SetSleep(lim, advancingSleep(clock, &w.waits))
@@ -409,7 +411,7 @@ func fiveWorkers(t *testing.T, newStore func(now func() time.Time) ratelimit.Sto
 	t.Cleanup(base.CloseIdleConnections)
 	end := epoch.Add(3 * time.Minute)
 	for i := range perWorker {
-		lim, err := ratelimit.New(newStore(c.Now), leaky100(),
+		lim, err := ratelimit.New(newStore(c.Now), leaky100(), ratelimit.WithName("vendor"),
 			ratelimit.WithStoreTimeout(time.Minute), ratelimit.WithFailureMode(ratelimit.FailClosed))
 		require.NoError(t, err)
 		ratelimit.SetSleep(lim, c.Sleep)

@@ -61,7 +61,9 @@ func TestSlog(t *testing.T) {
 	mem, err := memory.New(memory.WithClock(func() time.Time { return epoch }))
 	require.NoError(t, err)
 	limits := ratelimit.WithLimits(ratelimit.PerMinute(2).Named("requests"), ratelimit.PerMinute(1).Named("strict").Shadow())
-	lim, err := ratelimit.New(mem, limits, ratelimit.WithHooks(hooks.Slog(logger)))
+	// Several Limiters below share mem's state on purpose: one name.
+	named := ratelimit.WithName("api")
+	lim, err := ratelimit.New(mem, limits, named, ratelimit.WithHooks(hooks.Slog(logger)))
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -78,7 +80,7 @@ func TestSlog(t *testing.T) {
 	_, err = bad.Take(ctx, "sk-secret-key-0123456789")
 	require.Error(t, err)
 
-	skip, err := ratelimit.New(mem, limits, ratelimit.WithHooks(hooks.Slog(logger)), ratelimit.WithSkipOnKeyError())
+	skip, err := ratelimit.New(mem, limits, named, ratelimit.WithHooks(hooks.Slog(logger)), ratelimit.WithSkipOnKeyError())
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	skip.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -95,13 +97,13 @@ level=WARN msg="ratelimit: request not limited" cause=key reason="ratelimit: no 
 	// At Warn, refusals are not logged (a flood of 429s cannot fill the
 	// logs) and are not even formatted.
 	buf.Reset()
-	warnOnly, err := ratelimit.New(mem, limits, ratelimit.WithHooks(hooks.Slog(textLogger(&buf, slog.LevelWarn))))
+	warnOnly, err := ratelimit.New(mem, limits, named, ratelimit.WithHooks(hooks.Slog(textLogger(&buf, slog.LevelWarn))))
 	require.NoError(t, err)
 	res, err := warnOnly.Take(ctx, "sk-secret-key-0123456789")
 	require.NoError(t, err)
 	require.False(t, res.Allowed)
 	assert.Empty(t, buf.String())
-	plain, err := ratelimit.New(mem, limits)
+	plain, err := ratelimit.New(mem, limits, named)
 	require.NoError(t, err)
 	assert.Equal(t, testing.AllocsPerRun(100, func() {
 		_, _ = plain.Take(ctx, "sk-secret-key-0123456789") // the same refusal without hooks

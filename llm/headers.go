@@ -35,7 +35,17 @@ import (
 // up to whole milliseconds, as OpenAI sends it: "1s", "6m0s", "1.5s",
 // "12ms", "0s". Like every HeaderWriter it writes nothing for a Result
 // without decisions.
-func OpenAIHeaders() ratelimit.HeaderWriter { return openAIHeaders{} }
+//
+// On a refusal it also sends the fields the OpenAI SDKs read before the
+// status and Retry-After: retry-after-ms, the wait in milliseconds
+// (jitter included, ratelimit.WithRetryJitter; Retry-After is its ceiling
+// in seconds), and "x-should-retry: false" when the wait exceeds
+// DefaultMaxRetryWait (WithMaxRetryWait sets another) or the request can
+// never fit (413), so that an SDK gives up at once rather than sleeping
+// past what its caller expects. WithoutRetryHeaders leaves both out.
+func OpenAIHeaders(opts ...HeaderOption) ratelimit.HeaderWriter {
+	return openAIHeaders{newRetryHints(opts)}
+}
 
 // AnthropicHeaders returns a [ratelimit.HeaderWriter] that sends the
 // fields of the Anthropic API (docs.anthropic.com/en/api/rate-limits),
@@ -51,12 +61,17 @@ func OpenAIHeaders() ratelimit.HeaderWriter { return openAIHeaders{} }
 // reset is the RFC 3339 time (UTC, whole seconds, rounded up) at which
 // the limit is full again, by the store's clock (Decision.At plus
 // Decision.Reset). Remaining counts are exact (Anthropic rounds its
-// token counts to thousands).
-func AnthropicHeaders() ratelimit.HeaderWriter { return anthropicHeaders{} }
+// token counts to thousands). On a refusal it sends retry-after-ms and
+// x-should-retry as OpenAIHeaders does: the Anthropic SDKs read them the
+// same way.
+func AnthropicHeaders(opts ...HeaderOption) ratelimit.HeaderWriter {
+	return anthropicHeaders{newRetryHints(opts)}
+}
 
-type openAIHeaders struct{}
+type openAIHeaders struct{ retryHints }
 
-func (openAIHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
+func (w openAIHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
+	w.write(h, res)
 	if d := mostRestrictive(res.Decisions, ratelimit.Requests); d != nil {
 		vs := fields(d, openAIDuration(d.Reset))
 		h["X-Ratelimit-Limit-Requests"], h["X-Ratelimit-Remaining-Requests"], h["X-Ratelimit-Reset-Requests"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
@@ -67,9 +82,10 @@ func (openAIHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 	}
 }
 
-type anthropicHeaders struct{}
+type anthropicHeaders struct{ retryHints }
 
-func (anthropicHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
+func (w anthropicHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
+	w.write(h, res)
 	if d := mostRestrictive(res.Decisions, ratelimit.Requests); d != nil {
 		vs := fields(d, anthropicReset(d))
 		h["Anthropic-Ratelimit-Requests-Limit"], h["Anthropic-Ratelimit-Requests-Remaining"], h["Anthropic-Ratelimit-Requests-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]

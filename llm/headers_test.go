@@ -22,14 +22,16 @@ func TestProviderHeaders(t *testing.T) {
 	h := lim.Handler(okHandler)
 
 	// 1,000 tokens at epoch (03:04:05Z). Requests: 59 left, full again
-	// in 1s. Tokens: tpm has the fewest left (9,000; 1,000 × 6ms = 6s),
-	// tpd 99,000 (864s). The shadow limit is left out of the aggregated
-	// fields; X-RateLimit-* show the least fraction left (tpm, 90%).
+	// in 1s. Tokens: tpm has the fewest left (9,000; full in 1,000 × 6ms
+	// = 6s), tpd 99,000 (864s). The shadow limit is left out of every
+	// field; X-RateLimit-* show the least fraction left (tpm, 90%). In
+	// RateLimit, t is the time until the unit after r is back: one
+	// interval (1 s, 6 ms, 0.864 s) → 1.
 	w := serve(h, request("POST", "/", "k", 1000))
 	require.Equal(t, http.StatusOK, w.Code)
 	want := map[string]string{
-		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens", "shadow-rpm";q=1;w=60;rampmeter-shadow`,
-		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=6, "tpd";r=99000;t=864, "shadow-rpm";r=0;t=60`,
+		"RateLimit-Policy": `"requests";q=60;w=60, "tpm";q=10000;w=60;rampmeter-unit="tokens", "tpd";q=100000;w=86400;rampmeter-unit="tokens"`,
+		"RateLimit":        `"requests";r=59;t=1, "tpm";r=9000;t=1, "tpd";r=99000;t=1`,
 
 		"X-RateLimit-Limit": "10000", "X-RateLimit-Remaining": "9000", "X-RateLimit-Reset": "6",
 
@@ -69,4 +71,57 @@ func TestProviderHeaders(t *testing.T) {
 		assert.Equal(t, tt.anthropic, h.Get("anthropic-ratelimit-requests-reset"), tt.reset.String())
 		assert.Empty(t, h.Get("x-ratelimit-limit-tokens"), "no tokens limit, no tokens fields")
 	}
+}
+
+func TestRetryHeaders(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		limit       ratelimit.Limit
+		opts        []llm.HeaderOption
+		tokens      int64
+		status      int
+		retryAfter  string
+		ms, should  string
+		anyRetryFld bool
+	}{
+		// One per minute: the second waits 60 s, within the 2 minutes.
+		{"short wait", ratelimit.PerMinute(1), nil, -1, 429, "60", "60000", "", true},
+		// 2.5 s per unit: Retry-After is the ceiling of retry-after-ms.
+		{"fractional wait", ratelimit.Every(1, 2500*time.Millisecond), nil, -1, 429, "3", "2500", "", true},
+		// One per hour: 3,600 s, beyond 2 minutes: the SDKs must not wait.
+		{"long wait", ratelimit.PerHour(1), nil, -1, 429, "3600", "3600000", "false", true},
+		{"long wait, allowed", ratelimit.PerHour(1), []llm.HeaderOption{llm.WithMaxRetryWait(time.Hour)}, -1, 429, "3600", "3600000", "", true},
+		{"switched off", ratelimit.PerHour(1), []llm.HeaderOption{llm.WithoutRetryHeaders()}, -1, 429, "3600", "", "", false},
+		// A cost above the burst never fits: no wait, and no retry.
+		{"never fits", ratelimit.PerMinute(10).Named("tokens").CostFrom(estimateTokens), nil, 20, 413, "", "", "false", true},
+	} {
+		for _, writer := range []func(...llm.HeaderOption) ratelimit.HeaderWriter{llm.OpenAIHeaders, llm.AnthropicHeaders} {
+			t.Run(tt.name, func(t *testing.T) {
+				lim, _ := newLimiter(t, ratelimit.WithLimits(tt.limit), ratelimit.WithHeaders(ratelimit.HeadersIETF, writer(tt.opts...)))
+				h := lim.Handler(okHandler)
+				if tt.status == http.StatusTooManyRequests {
+					require.Equal(t, http.StatusOK, serve(h, request("POST", "/", "k", tt.tokens)).Code)
+					assert.Empty(t, serve(h, request("POST", "/", "other", tt.tokens)).Header().Values("Retry-After-Ms"), "admitted: no retry fields")
+				}
+				w := serve(h, request("POST", "/", "k", tt.tokens))
+				require.Equal(t, tt.status, w.Code)
+				assert.Equal(t, tt.retryAfter, w.Header().Get("Retry-After"))
+				assert.Equal(t, tt.ms, w.Header().Get("Retry-After-Ms"))
+				assert.Equal(t, tt.should, w.Header().Get("X-Should-Retry"))
+				if !tt.anyRetryFld {
+					assert.Empty(t, w.Header().Values("Retry-After-Ms"))
+					assert.Empty(t, w.Header().Values("X-Should-Retry"))
+				}
+			})
+		}
+	}
+
+	for _, bad := range []llm.HeaderOption{llm.WithMaxRetryWait(0), llm.WithMaxRetryWait(-time.Second), nil} {
+		_, err := ratelimit.New(failingStore{}, ratelimit.WithLimits(ratelimit.PerMinute(1)), ratelimit.WithHeaders(llm.OpenAIHeaders(bad)))
+		assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	}
+	// A later valid option repairs an earlier invalid one.
+	_, err := ratelimit.New(failingStore{}, ratelimit.WithLimits(ratelimit.PerMinute(1)),
+		ratelimit.WithHeaders(llm.AnthropicHeaders(llm.WithMaxRetryWait(0), llm.WithMaxRetryWait(time.Minute))))
+	assert.NoError(t, err)
 }

@@ -41,8 +41,26 @@ const (
 )
 
 // deadlineLimit has a burst of 10, and the frozen clock refills nothing:
-// after n charged Takes a key has exactly 10-n left.
-var deadlineLimit = ratelimit.PerHour(10).Named("deadline")
+// after n charged Takes a key has exactly 10-n left. It is the limit as the
+// Limiters of these tests, all named "chaos" (several share a store on
+// purpose), charge it: its ID carries their name.
+var deadlineLimit = func() ratelimit.Limit {
+	lim, err := ratelimit.New(noStore{}, ratelimit.WithName("chaos"), ratelimit.WithLimits(ratelimit.PerHour(10).Named("deadline")))
+	if err != nil {
+		panic(err)
+	}
+	return lim.Limits()[0]
+}()
+
+// noStore is a Store that is never called.
+type noStore struct{}
+
+func (noStore) Take(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	panic("unused")
+}
+func (noStore) Adjust(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	panic("unused")
+}
 
 // takeReq is one Take of one unit of deadlineLimit by the key every
 // Limiter of these tests uses.
@@ -87,7 +105,9 @@ func newAdmin(t *testing.T, addr string) *redis.Client {
 }
 
 func newLimiter(t *testing.T, s ratelimit.Store, mode ratelimit.FailureMode) *ratelimit.Limiter {
-	lim, err := ratelimit.New(s, ratelimit.WithLimits(deadlineLimit), ratelimit.WithKey(ratelimit.KeyConst("tenant")),
+	// One name for every Limiter of a test: several share one store and
+	// its state on purpose (see WithName).
+	lim, err := ratelimit.New(s, ratelimit.WithName("chaos"), ratelimit.WithLimits(deadlineLimit), ratelimit.WithKey(ratelimit.KeyConst("tenant")),
 		ratelimit.WithStoreTimeout(deadline), ratelimit.WithFailureMode(mode))
 	must(t, err)
 	return lim

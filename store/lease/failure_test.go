@@ -27,7 +27,8 @@ var errDown = errors.New("dial tcp 10.0.0.7:6379: connection refused")
 func TestBackingFailure(t *testing.T) {
 	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(0.5))
 	l := ratelimit.Every(1000, time.Second).Named("calls")
-	closed, err := ratelimit.New(f.stores[0], ratelimit.WithLimits(l), ratelimit.WithFailureMode(ratelimit.FailClosed))
+	// Two Limiters on one store, sharing its state on purpose: one name.
+	closed, err := ratelimit.New(f.stores[0], ratelimit.WithName("fleet"), ratelimit.WithLimits(l), ratelimit.WithFailureMode(ratelimit.FailClosed))
 	require.NoError(t, err)
 	ctx := context.Background()
 
@@ -48,7 +49,7 @@ func TestBackingFailure(t *testing.T) {
 	require.Equal(t, time.Second, res.RetryAfter)
 	require.Equal(t, int64(1), f.stores[0].Stats().Held, "a failed refill keeps the lease's unit")
 
-	open, err := ratelimit.New(f.stores[0], ratelimit.WithLimits(l)) // FailOpen
+	open, err := ratelimit.New(f.stores[0], ratelimit.WithName("fleet"), ratelimit.WithLimits(l)) // FailOpen
 	require.NoError(t, err)
 	res, err = open.Take(ctx, "k", 100)
 	require.ErrorIs(t, err, errDown)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -245,6 +246,12 @@ func (s *Store) notDecided(ctx context.Context, op Op, kind ErrorKind, err error
 		l, serr := s.scaler.scaled(r.Limit)
 		if serr != nil {
 			return fmt.Errorf("%w; fallback: %w", err, serr)
+		}
+		// The scaled copy has lost the name of the Limiter the limit
+		// belongs to (ratelimit.WithName), which its ID starts with
+		// ("ip/"): keep their states apart by the key.
+		if ns, _, named := strings.Cut(r.Limit.ID(), "/"); named {
+			r.Key = ns + "/" + r.Key
 		}
 		r.Limit = l
 		local[i] = r

@@ -479,6 +479,33 @@ func TestFallback(t *testing.T) {
 	require.Equal(t, uint64(7), s.Stats().Fallbacks)
 }
 
+// TestFallbackKeepsNamedLimitersApart: the scaled copies of two limits
+// that differ only by their Limiter's name (ratelimit.WithName) keep
+// separate states in the fallback, as their IDs do in the primary.
+func TestFallbackKeepsNamedLimitersApart(t *testing.T) {
+	p := &primary{fail: errDown}
+	clk := &clock{t: t0}
+	local, err := memory.New(memory.WithClock(clk.Now))
+	require.NoError(t, err)
+	s, err := newGuard(p, resilient.WithClock(clk.Now), resilient.WithFallback(local, resilient.EvenShare(1)))
+	require.NoError(t, err)
+	limit := func(name string) ratelimit.Limit {
+		lim, err := ratelimit.New(s, ratelimit.WithName(name), ratelimit.WithLimits(ratelimit.PerMinute(2).Named("rpm")))
+		require.NoError(t, err)
+		return lim.Limits()[0]
+	}
+	a, b := limit("a"), limit("b")
+	for _, want := range []bool{true, true, false} {
+		d, err := take(t, s, &a)
+		require.NoError(t, err)
+		require.Equal(t, want, d.Allowed)
+	}
+	d, err := take(t, s, &b) // the same key, another Limiter: its own 2
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Equal(t, int64(1), d.Remaining)
+}
+
 // TestFallbackAfterTimeout: a call abandoned at its deadline is still
 // decided, by the fallback, although its context is done by then.
 func TestFallbackAfterTimeout(t *testing.T) {
