@@ -285,9 +285,17 @@ func TestStatusError(t *testing.T) {
 	assert.Equal(t, "cause", e.Error())
 	assert.Equal(t, 429, e.StatusCode())
 	assert.ErrorIs(t, e, cause)
+	assert.Equal(t, "cause", e.ClientMessage(), "without a Message the client is told Err's message")
 	assert.Equal(t, "Forbidden", (&ratelimit.StatusError{Code: 403}).Error())
+	assert.Equal(t, "Forbidden", (&ratelimit.StatusError{Code: 403}).ClientMessage())
 	assert.Equal(t, 500, (&ratelimit.StatusError{Code: 200}).StatusCode())
 	assert.Equal(t, 500, (&ratelimit.StatusError{Code: 600}).StatusCode())
+
+	// Message for the client, Err for developers.
+	e = &ratelimit.StatusError{Code: 422, Message: "Send a prompt.", Err: cause}
+	assert.Equal(t, "cause", e.Error())
+	assert.Equal(t, "Send a prompt.", e.ClientMessage())
+	assert.Equal(t, "Send a prompt.", (&ratelimit.StatusError{Code: 422, Message: "Send a prompt."}).Error())
 }
 
 // TestLimitersSharingAStoreShareStateByLimitID shows the README's warning:

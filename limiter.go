@@ -48,13 +48,13 @@ type Limiter struct {
 
 // New returns a Limiter that keeps its state in store. It validates the
 // whole configuration, so a bad one fails here and never reaches a
-// request (the one exception: key functions built with invalid arguments,
-// such as KeyConst("") or KeyByIP(IPv6Prefix(0)), cannot report it before
-// they run, and answer every request with 500 and a message naming the
-// mistake): the store must not be nil, there must be at least one limit
+// request: the store must not be nil, there must be at least one limit
 // (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
 // and the names unique (the sets of WithLimitsFunc are validated by
-// NewPolicySet and NewPlans). Every error wraps ErrInvalidConfig.
+// NewPolicySet and NewPlans), and the key function must not be a built-in
+// one made with invalid arguments, such as KeyConst("") or
+// KeyByIP(IPv6Prefix(0)) (also inside Compose). Every error wraps
+// ErrInvalidConfig.
 //
 // Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
 // DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
@@ -71,8 +71,11 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
 		}
 		if err := o(&c); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return nil, wrap(ErrInvalidConfig, "", err)
 		}
+	}
+	if err := misconfiguration(c.key); err != nil {
+		return nil, wrap(ErrInvalidConfig, "WithKey", err)
 	}
 	var set *PolicySet
 	if len(c.limits) > 0 || c.limitsFunc == nil {

@@ -89,7 +89,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		cost := int64(1)
 		if fn := lim.cost; fn != nil {
 			if cost, err = fn(r); err == nil && cost < 0 {
-				err = &StatusError{Code: http.StatusInternalServerError,
+				err = &StatusError{Code: http.StatusInternalServerError, Message: "The server could not compute the cost of this request.",
 					Err: fmt.Errorf("ratelimit: the cost function of limit %q returned %d, a negative cost", lim.Name(), cost)}
 			}
 			if err != nil {

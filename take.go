@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -146,9 +147,9 @@ type storeCallError struct {
 
 func (e *storeCallError) Error() string {
 	if e.timeout > 0 {
-		return ErrStoreTimeout.Error() + " after " + e.timeout.String() + ": " + e.err.Error()
+		return ErrStoreTimeout.Error() + " after " + e.timeout.String() + ": " + strings.TrimPrefix(e.err.Error(), errPrefix)
 	}
-	return "ratelimit: store: " + e.err.Error()
+	return "ratelimit: store: " + strings.TrimPrefix(e.err.Error(), errPrefix)
 }
 
 func (e *storeCallError) Unwrap() []error {
@@ -163,10 +164,11 @@ func (e *storeCallError) Unwrap() []error {
 // ended (then the error wraps ctx's error, and not ErrStoreFailed).
 func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
+		msg := "ratelimit: store call abandoned: " + strings.TrimPrefix(err.Error(), errPrefix)
 		if !errors.Is(err, cerr) {
-			return fmt.Errorf("ratelimit: store call abandoned: %w: %w", err, cerr)
+			return &wrappedError{msg: msg + ": " + cerr.Error(), errs: []error{err, cerr}}
 		}
-		return fmt.Errorf("ratelimit: store call abandoned: %w", err)
+		return &wrappedError{msg: msg, errs: []error{err}}
 	}
 	e := &storeCallError{err: err}
 	if errors.Is(tctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
