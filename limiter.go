@@ -56,8 +56,10 @@ type Limiter struct {
 // KeyByIP(IPv6Prefix(0)) (also inside Compose). Every error wraps
 // ErrInvalidConfig.
 //
-// Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
-// DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
+// Defaults: key KeyByIP() (see WithKey), headers HeadersIETF, FailOpen,
+// store timeout DefaultStoreTimeout, DefaultRejectHandler,
+// DefaultKeyErrorHandler, and the store-failure alert on slog.Default()
+// (WithStoreAlert).
 func New(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
@@ -65,7 +67,7 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, store)
 	}
-	c := config{key: KeyByAPIKey(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
+	c := config{key: KeyByIP(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)

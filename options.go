@@ -78,7 +78,22 @@ type config struct {
 	format              ErrorFormat // WithErrorFormat
 }
 
-// WithKey sets the key function (default KeyByAPIKey()).
+// WithKey sets the key function, which names who pays for a request:
+// KeyByIP, KeyByAPIKey, KeyByHeader, KeyByRoute, KeyConst, or a Compose of
+// them, or your own KeyFunc.
+//
+// The default is KeyByIP(): per client IP address, as httprate's LimitByIP
+// and ulule/limiter key by default. It is the one key every HTTP request
+// has, so a limiter without WithKey limits each client and answers a
+// browser's plain GET like any other request, where a default such as
+// KeyByAPIKey would refuse every request without credentials with 401 (and
+// KeyConst would make all clients share one budget). Behind a reverse proxy
+// every request comes from the proxy's address: put chi's
+// middleware.ClientIPFromXFF (or ClientIPFromHeader) with your proxies'
+// prefixes before the limiter, or all clients share the proxy's budget.
+// For an API whose clients authenticate, key by what they pay with
+// (WithKey(KeyByAPIKey())), and stack a per-IP limiter in front (see the
+// README's threat model).
 func WithKey(fn KeyFunc) Option {
 	return func(c *config) error {
 		if fn == nil {
