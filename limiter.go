@@ -25,12 +25,12 @@ type Limiter struct {
 	hooks   Hooks
 	stats   counters
 
-	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
-	limitsFunc          LimitsFunc
-	clampPPM            int64
-	chargeOnServerError bool
-	quotaThreshold      time.Duration
-	quotaStatus         int
+	set             *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
+	limitsFunc      LimitsFunc
+	clampPPM        int64
+	chargeOnFailure bool
+	quotaThreshold  time.Duration
+	quotaStatus     int
 	// requestError is ErrorFormat.RequestError (WithErrorFormat), or nil
 	// for the problem details of writeCostError and limitsError.
 	requestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
@@ -103,13 +103,13 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		sleep:   sleep,
 		now:     time.Now,
 
-		set:                 set,
-		limitsFunc:          c.limitsFunc,
-		clampPPM:            c.clampPPM,
-		chargeOnServerError: c.chargeOnServerError,
-		quotaThreshold:      c.quotaThreshold,
-		quotaStatus:         c.quotaStatus,
-		requestError:        c.format.RequestError,
+		set:             set,
+		limitsFunc:      c.limitsFunc,
+		clampPPM:        c.clampPPM,
+		chargeOnFailure: c.chargeOnFailure,
+		quotaThreshold:  c.quotaThreshold,
+		quotaStatus:     c.quotaStatus,
+		requestError:    c.format.RequestError,
 
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
@@ -166,8 +166,8 @@ type Stats struct {
 	// shadow limits would cause. They also count in Allowed.
 	ShadowLimited uint64
 	// Released counts requests whose reservation was released because
-	// the handler failed (5xx or panic) without reporting usage (see
-	// WithChargeOnServerError).
+	// the handler failed (a status outside 2xx, or a panic) without
+	// reporting usage (see WithChargeOnFailure).
 	Released uint64
 	// PlanErrors counts requests refused because the WithLimitsFunc
 	// function failed (an unknown plan, say).

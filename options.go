@@ -70,12 +70,12 @@ type config struct {
 	maxWaitSet   bool
 
 	// Options for costly requests and per-request limits (plans.go).
-	limitsFunc          LimitsFunc
-	clampPPM            int64 // WithReserveClamp, parts per million; 0: none
-	chargeOnServerError bool
-	quotaThreshold      time.Duration
-	quotaStatus         int         // 0: none
-	format              ErrorFormat // WithErrorFormat
+	limitsFunc      LimitsFunc
+	clampPPM        int64 // WithReserveClamp, parts per million; 0: none
+	chargeOnFailure bool
+	quotaThreshold  time.Duration
+	quotaStatus     int         // 0: none
+	format          ErrorFormat // WithErrorFormat
 }
 
 // WithKey sets the key function, which names who pays for a request:
@@ -284,17 +284,21 @@ func WithReserveClamp(fraction float64) Option {
 	}
 }
 
-// WithChargeOnServerError keeps the reservation of a request whose handler
-// failed — answered with a 5xx status, or panicked before writing a status
-// — without reporting usage. By default such a reservation is released
-// (the estimate refunded) for every limit with a cost function, because a
-// failed upstream call usually consumed no tokens; limits without a cost
-// function (requests) are charged either way, as the OpenAI API counts
-// failed requests. Usage reported with ReportUsage is settled as reported
-// in both cases. Releases count in Stats.Released.
-func WithChargeOnServerError() Option {
+// WithChargeOnFailure keeps the reservation of a request whose handler
+// failed without reporting usage: it answered with a status outside 2xx
+// (a 4xx such as 400 for a body the handler refused, a 3xx, a 5xx), or it
+// panicked before writing a status. By default such a reservation is
+// released (the estimate refunded in full) for every limit with a cost
+// function, because a request the handler refused, or whose upstream call
+// failed, usually consumed no tokens; limits without a cost function
+// (requests) are charged either way, as the OpenAI API counts failed
+// requests. A handler that returns without writing anything answers 200,
+// and a hijacked connection (101 Switching Protocols) counts as served:
+// both keep their reservation. Usage reported with ReportUsage is settled
+// as reported in every case. Releases count in Stats.Released.
+func WithChargeOnFailure() Option {
 	return func(c *config) error {
-		c.chargeOnServerError = true
+		c.chargeOnFailure = true
 		return nil
 	}
 }
