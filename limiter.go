@@ -37,9 +37,13 @@ type Limiter struct {
 	// sleep waits d or until ctx ends (a variable so tests need not
 	// sleep).
 	sleep func(ctx context.Context, d time.Duration) error
-	// now is the clock of StoreCall.Duration (time.Now; a fake clock in
-	// tests). It is read only when Hooks.OnStoreCall is set.
+	// now is the clock of StoreCall.Duration and of the store-failure
+	// alert (time.Now; a fake clock in tests). It is read around a store
+	// call only when Hooks.OnStoreCall is set, and otherwise only on a
+	// failed call and, while the alert's episode is open, a successful one.
 	now func() time.Time
+	// alert is the store-failure alert, or nil (WithoutStoreAlert).
+	alert *storeAlert
 
 	// maxWait bounds Result.Delay when maxWaitSet (WithMaxWait).
 	maxWait    time.Duration
@@ -113,6 +117,12 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
+	}
+	if !c.alertOff {
+		l.alert = &storeAlert{logger: c.alertLogger, interval: c.alertInterval, mode: c.failure}
+		if l.alert.interval == 0 {
+			l.alert.interval = DefaultStoreAlertInterval
+		}
 	}
 	l.headers = newStyleWriter(c.style, c.headers, l.limits)
 	switch {

@@ -110,6 +110,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			writeEnded(w)
 			return
 		}
+		if l.alert != nil {
+			l.alert.decided()
+		}
 		if l.failure == FailOpen {
 			l.bypass(ctx, err)
 			s.bypassed = true

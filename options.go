@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"time"
@@ -68,6 +69,12 @@ type config struct {
 	hooks        Hooks
 	maxWait      time.Duration // with maxWaitSet: WithMaxWait
 	maxWaitSet   bool
+
+	// The store-failure alert (alert.go): off, or alertLogger (nil:
+	// slog.Default()) every alertInterval (0: the default).
+	alertOff      bool
+	alertLogger   *slog.Logger
+	alertInterval time.Duration
 
 	// Options for costly requests and per-request limits (plans.go).
 	limitsFunc      LimitsFunc

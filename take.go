@@ -128,7 +128,9 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 		d = max(l.now().Sub(start), 0)
 	}
 	if err != nil {
-		err = l.storeError(ctx, tctx, err)
+		err = l.storeError(ctx, tctx, op, err)
+	} else if a := l.alert; a != nil && a.open.Load() {
+		a.log(ctx, a.succeeded(l.now()))
 	}
 	cancel()
 	if hook != nil {
@@ -159,10 +161,11 @@ func (e *storeCallError) Unwrap() []error {
 	return []error{ErrStoreFailed, e.err}
 }
 
-// storeError classifies a failed store call made with tctx, a child of ctx
-// with the store timeout, and counts and reports it unless ctx itself had
-// ended (then the error wraps ctx's error, and not ErrStoreFailed).
-func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
+// storeError classifies a failed store call of op made with tctx, a child
+// of ctx with the store timeout, and counts and reports it (Stats, Hooks,
+// the store-failure alert) unless ctx itself had ended (then the error
+// wraps ctx's error, and not ErrStoreFailed).
+func (l *Limiter) storeError(ctx, tctx context.Context, op StoreOp, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		msg := "ratelimit: store call abandoned: " + strings.TrimPrefix(err.Error(), errPrefix)
 		if !errors.Is(err, cerr) {
@@ -180,6 +183,9 @@ func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
 	l.stats.storeErrors.Add(1)
 	if l.hooks.OnStoreError != nil {
 		l.hooks.OnStoreError(ctx, e)
+	}
+	if l.alert != nil {
+		l.alert.log(ctx, l.alert.failed(l.now(), op, e))
 	}
 	return e
 }
@@ -223,6 +229,9 @@ func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result,
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, err
+		}
+		if l.alert != nil {
+			l.alert.decided()
 		}
 		if l.failure == FailOpen {
 			l.bypass(ctx, err)
