@@ -98,7 +98,7 @@ func TestRetryAfterLongerWait(t *testing.T) {
 	assert.Contains(t, w.Body.String(), `allows 10 requests per 25 seconds; retry after 1 second"`)
 }
 
-// aiLimits are the seed scenario's limits: 60 requests per minute and
+// aiLimits are the demo's free-plan limits: 60 requests per minute and
 // 100,000 tokens per day, the token cost estimated by estimateTokens.
 func aiLimits() ratelimit.Option {
 	return ratelimit.WithLimits(
