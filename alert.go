@@ -43,7 +43,8 @@ const DefaultStoreAlertInterval = time.Minute
 //     rate-limit store is still failing", with attributes store_errors
 //     (failed store calls, Take and Adjust), bypassed (requests let
 //     through; under FailClosed: refused, the requests answered 503),
-//     since (the time since the previous line) and error (the last
+//     since (the time since the previous line, to the millisecond) and
+//     error (the last
 //     failure's). The counts cover the calls from the one that triggered
 //     the previous line up to this one, which counts in the next line;
 //   - at the first successful call at least one interval after the
@@ -158,7 +159,7 @@ func (a *storeAlert) summary(msg string, now time.Time) *alertLine {
 		decided = "refused"
 	}
 	return &alertLine{msg: msg, attrs: []slog.Attr{slog.Int64("store_errors", a.errs), slog.Int64(decided, a.requests),
-		slog.Duration("since", now.Sub(a.last))}}
+		slog.Duration("since", now.Sub(a.last).Round(time.Millisecond))}}
 }
 
 // log writes line, if any, at Warn.
