@@ -28,11 +28,13 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // one Adjust call: usage above the reserved cost (the cost function's
 // estimate, or 1) is charged, possibly leaving the key in debt that its
 // next requests wait out; usage below it is refunded. Limits without a
-// report keep their reservation, unless the call failed: a 5xx response,
-// or a panic before any status, releases the reservation of every limit
-// with a cost function (see WithChargeOnServerError). It is safe to call from any goroutine
-// until the handler returns; streaming handlers call it once the final
-// usage is known, before returning.
+// report keep their reservation, unless the call failed: a response with a
+// status outside 2xx (400 for a body the handler refused, 502 for a failed
+// upstream call), or a panic before any status, releases the reservation
+// of every limit with a cost function, while limits without one
+// (requests) still count the request (see WithChargeOnFailure). It is
+// safe to call from any goroutine until the handler returns; streaming
+// handlers call it once the final usage is known, before returning.
 //
 // When limiters are nested (a global limiter around a per-route one), the
 // usage is reported to each of them that has a limit of that name. For a
@@ -126,7 +128,7 @@ type reqState struct {
 	bypassed bool // no reservation: nothing to settle
 
 	// rw wraps the handler's ResponseWriter when watch is set, so that
-	// settle can release the reservation of a failed call (5xx).
+	// settle can release the reservation of a failed call (not 2xx).
 	rw       statusWriter
 	watch    bool
 	returned bool // the handler returned (rather than panicking)
@@ -177,12 +179,13 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 // the cancellation of the request's context: a client that disconnects
 // must still pay for the tokens it consumed.
 //
-// A failed call — the response status is 5xx, or the handler panicked
+// A failed call — the response status is outside 2xx (3xx, 4xx, 5xx; a
+// hijacked connection's 101 counts as served), or the handler panicked
 // before writing one — releases the reservation of every limit with a cost
-// function that got no report (unless WithChargeOnServerError): the
-// estimate is refunded in full. Limits without a cost function keep their
-// charge (a failed request is still a request), and reported usage is
-// settled as reported.
+// function that got no report (unless WithChargeOnFailure): the estimate
+// is refunded in full. Limits without a cost function keep their charge (a
+// failed request is still a request), and reported usage is settled as
+// reported.
 func (l *Limiter) settle(s *reqState) {
 	s.mu.Lock()
 	if s.settled {
@@ -196,7 +199,9 @@ func (l *Limiter) settle(s *reqState) {
 		if status == 0 && !s.returned {
 			status = http.StatusInternalServerError // panicked before answering
 		}
-		failed = status >= 500
+		// 0: the handler returned without writing (200); 101: a hijacked
+		// connection; else a final status ≥ 200.
+		failed = status >= 300
 	}
 	n, released := 0, false
 	for i, rep := range s.reported {

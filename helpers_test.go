@@ -94,8 +94,9 @@ func (s *blockingStore) Adjust(ctx context.Context, reqs []ratelimit.Request, ou
 	return s.Take(ctx, reqs, out)
 }
 
-// newLimiter builds a Limiter on a fresh store with a fake clock and a
-// store timeout of a minute (opts may set another). The tests check
+// newLimiter builds a Limiter on a fresh store with a fake clock, keyed by
+// API key (the Bearer token of request), and a store timeout of a minute
+// (opts may set another key function and timeout). The tests check
 // decisions, not timeouts, and the default 50 ms is real time: under -race
 // on a loaded machine, a goroutine waiting for the recording store's mutex
 // missed it, and FailOpen turned a refusal into a bypass. Tests of the
@@ -104,7 +105,7 @@ func newLimiter(t testing.TB, opts ...ratelimit.Option) (*ratelimit.Limiter, *re
 	t.Helper()
 	clock := newClock()
 	store := &recordingStore{Store: newStore(t, clock.Now)}
-	opts = append([]ratelimit.Option{ratelimit.WithStoreTimeout(time.Minute)}, opts...)
+	opts = append([]ratelimit.Option{ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithStoreTimeout(time.Minute)}, opts...)
 	lim, err := ratelimit.New(store, opts...)
 	require.NoError(t, err)
 	return lim, store, clock

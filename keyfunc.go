@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,23 +45,49 @@ var ErrMissingKey = errors.New("ratelimit: no rate-limit key")
 const MaxKeyLength = 4096
 
 // StatusError is an error with the HTTP status a client should receive for
-// it. Key and cost functions return it to choose the 4xx of the response;
-// the middleware answers with an RFC 9457 problem whose detail is the
-// error's message, so the message must be fit for clients (no secrets).
+// it, and what to tell the client. Key, cost and WithLimitsFunc functions
+// return it to choose the response: the middleware answers with that
+// status and an RFC 9457 problem (or the WithErrorFormat shape) whose
+// detail is ClientMessage, so Message, or Err's message when Message is
+// empty, must be fit for clients: plain words saying what to do, no
+// secrets, no Go error chain.
+//
+// The errors of the built-in key functions, of Plans.Lookup and of
+// package llm's estimator are StatusErrors with both: Message for the
+// client ("This request has no API key: send it as …") and Err for
+// developers, wrapping the sentinel (ErrMissingKey, ErrUnknownPlan, …).
 type StatusError struct {
 	// Code is the HTTP status, 400 to 599. Other values are answered with
 	// 500, since they cannot describe a refused request.
 	Code int
-	// Err is the cause; its message is the problem's detail. It may be nil.
+	// Message is what the client is told: a sentence in plain words that
+	// says what is wrong and what to do. When empty, the client is told
+	// Err's message.
+	Message string
+	// Err is the cause, for developers (logs, errors.Is); when Message is
+	// empty its message is also the client's. It may be nil.
 	Err error
 }
 
-// Error returns Err's message, or the status text when Err is nil.
+// Error returns Err's message, or Message when Err is nil, or the status
+// text when both are empty.
 func (e *StatusError) Error() string {
-	if e.Err == nil {
-		return http.StatusText(e.StatusCode())
+	switch {
+	case e.Err != nil:
+		return e.Err.Error()
+	case e.Message != "":
+		return e.Message
 	}
-	return e.Err.Error()
+	return http.StatusText(e.StatusCode())
+}
+
+// ClientMessage returns what the client is told about e: Message, else
+// Err's message, else the status text.
+func (e *StatusError) ClientMessage() string {
+	if e.Message != "" {
+		return e.Message
+	}
+	return e.Error()
 }
 
 // Unwrap returns Err, so errors.Is(err, ErrMissingKey) sees through.
@@ -74,32 +101,69 @@ func (e *StatusError) StatusCode() int {
 	return e.Code
 }
 
-// statusOf returns the status an error of a key or cost function is
-// answered with, and whether its message may be shown to the client (only
-// errors that chose their status are assumed to be written for clients).
-func statusOf(err error, fallback int) (int, bool) {
+// statusOf returns the status an error of a key, cost or WithLimitsFunc
+// function is answered with, and the message for the client: only errors
+// that chose their status (a StatusCode method, as *StatusError has) are
+// written for clients, and then the message is their ClientMessage if
+// they have one (*StatusError), else their message. For other errors it
+// returns fallback and "", and the caller says something generic.
+func statusOf(err error, fallback int) (int, string) {
 	var sc interface{ StatusCode() int }
-	if errors.As(err, &sc) {
-		code := sc.StatusCode()
-		if code < 400 || code > 599 {
-			code = http.StatusInternalServerError
-		}
-		return code, true
+	if !errors.As(err, &sc) {
+		return fallback, ""
 	}
-	return fallback, false
+	code := sc.StatusCode()
+	if code < 400 || code > 599 {
+		code = http.StatusInternalServerError
+	}
+	if cm, ok := sc.(interface{ ClientMessage() string }); ok {
+		return code, cm.ClientMessage()
+	}
+	return code, err.Error()
 }
 
-func missingKey(code int, format string, args ...any) error {
-	return &StatusError{Code: code, Err: fmt.Errorf("%w: "+format, append([]any{ErrMissingKey}, args...)...)}
+// apiKeyHint says how to send an API key, for KeyByAPIKey's messages.
+const apiKeyHint = `send your API key as "Authorization: Bearer <key>" or "X-API-Key: <key>"`
+
+// missingKey returns the error of a built-in key function that found no
+// usable key: status code, client the client's message, and a developer's
+// message (format, args) after ErrMissingKey's.
+func missingKey(code int, client, format string, args ...any) error {
+	return &StatusError{Code: code, Message: client, Err: fmt.Errorf("%w: "+format, append([]any{ErrMissingKey}, args...)...)}
 }
 
-// misconfigured is the error of a built-in key function whose constructor
-// got invalid arguments. KeyFunc constructors cannot return errors, so the
-// mistake surfaces on the first request as a 500 with a clear message.
+// msgMisconfigured is what a client is told when the server's rate limiter
+// is set up wrong (the developer's error says how).
+const msgMisconfigured = "The server's rate limiter is misconfigured; this is not a problem with your request."
+
+// misconfigured is the key function of a built-in constructor that got
+// invalid arguments. KeyFunc constructors cannot return errors, but New
+// recognises such a function (isMisconfigured) and fails with its error,
+// so the mistake never reaches a request; a key function that calls one
+// inside its own code answers 500 with a generic message.
 func misconfigured(format string, args ...any) KeyFunc {
-	err := &StatusError{Code: http.StatusInternalServerError,
+	err := &StatusError{Code: http.StatusInternalServerError, Message: msgMisconfigured,
 		Err: fmt.Errorf("ratelimit: misconfigured key function: "+format, args...)}
 	return func(*http.Request) (string, error) { return "", err }
+}
+
+// misconfiguredPC is the code pointer of every KeyFunc misconfigured
+// returns (the closures of one function literal share their code).
+var misconfiguredPC = reflect.ValueOf(misconfigured("")).Pointer()
+
+// misconfiguration returns the error of fn when fn was made by
+// misconfigured (calling it then has no effect but returning it), else
+// nil. Other functions are not called.
+func misconfiguration(fn KeyFunc) error {
+	if fn == nil || reflect.ValueOf(fn).Pointer() != misconfiguredPC {
+		return nil
+	}
+	_, err := fn(nil)
+	var se *StatusError
+	if errors.As(err, &se) && se.Err != nil {
+		return se.Err
+	}
+	return err
 }
 
 // KeyByAPIKey keys requests by the API key they present, in this order:
@@ -123,25 +187,29 @@ func KeyByAPIKey() KeyFunc {
 	return func(r *http.Request) (string, error) {
 		if vs := r.Header.Values("Authorization"); len(vs) > 0 {
 			if len(vs) > 1 {
-				return "", missingKey(http.StatusUnauthorized, "more than one Authorization header")
+				return "", missingKey(http.StatusUnauthorized, "The request has more than one Authorization header: send one.",
+					"more than one Authorization header")
 			}
 			if scheme, token, _ := strings.Cut(strings.TrimSpace(vs[0]), " "); strings.EqualFold(scheme, "Bearer") {
-				return checkKey(http.StatusUnauthorized, "bearer token", token)
+				return checkKey(http.StatusUnauthorized, "bearer token", apiKeyHint, token)
 			}
 			// Another scheme (Basic, ...): the API key may still come in
 			// X-API-Key; if it does not, say what was wrong.
 			if len(r.Header.Values("X-API-Key")) == 0 {
-				return "", missingKey(http.StatusUnauthorized, "Authorization header is not a Bearer token")
+				return "", missingKey(http.StatusUnauthorized, "The Authorization header is not a Bearer token: "+apiKeyHint+".",
+					"Authorization header is not a Bearer token")
 			}
 		}
 		vs := r.Header.Values("X-API-Key")
 		switch len(vs) {
 		case 0:
-			return "", missingKey(http.StatusUnauthorized, "send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"")
+			return "", missingKey(http.StatusUnauthorized, "This request has no API key: "+apiKeyHint+".",
+				`send an API key as "Authorization: Bearer <key>" or "X-API-Key: <key>"`)
 		case 1:
-			return checkKey(http.StatusUnauthorized, "X-API-Key", vs[0])
+			return checkKey(http.StatusUnauthorized, "X-API-Key header", apiKeyHint, vs[0])
 		default:
-			return "", missingKey(http.StatusUnauthorized, "more than one X-API-Key header")
+			return "", missingKey(http.StatusUnauthorized, "The request has more than one X-API-Key header: send one.",
+				"more than one X-API-Key header")
 		}
 	}
 }
@@ -162,15 +230,17 @@ func KeyByHeader(name string) KeyFunc {
 		vs := r.Header[canonical]
 		switch len(vs) {
 		case 0:
-			return "", missingKey(http.StatusBadRequest, "missing %s header", canonical)
+			return "", missingKey(http.StatusBadRequest, "The request has no "+canonical+" header: send one.",
+				"missing %s header", canonical)
 		case 1:
-			v, err := checkKey(http.StatusBadRequest, canonical, vs[0])
+			v, err := checkKey(http.StatusBadRequest, canonical+" header", "send a valid "+canonical+" header", vs[0])
 			if err != nil {
 				return "", err
 			}
 			return prefix + v, nil
 		default:
-			return "", missingKey(http.StatusBadRequest, "more than one %s header", canonical)
+			return "", missingKey(http.StatusBadRequest, "The request has more than one "+canonical+" header: send one.",
+				"more than one %s header", canonical)
 		}
 	}
 }
@@ -189,18 +259,22 @@ func validFieldName(name string) bool {
 	return name != ""
 }
 
-// checkKey trims v and refuses empty, oversized or malformed values.
-func checkKey(code int, what, v string) (string, error) {
+// checkKey trims v, the value of what ("bearer token", "X-Tenant header"),
+// and refuses empty, oversized or malformed values; hint says what the
+// client should do instead.
+func checkKey(code int, what, hint, v string) (string, error) {
 	v = strings.TrimSpace(v)
 	switch {
 	case v == "":
-		return "", missingKey(code, "empty %s", what)
+		return "", missingKey(code, "The "+what+" is empty: "+hint+".", "empty %s", what)
 	case len(v) > MaxKeyLength:
-		return "", missingKey(code, "%s longer than %d bytes", what, MaxKeyLength)
+		return "", missingKey(code, "The "+what+" is longer than "+strconv.Itoa(MaxKeyLength)+" bytes: "+hint+".",
+			"%s longer than %d bytes", what, MaxKeyLength)
 	}
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c <= ' ' || c == 0x7f {
-			return "", missingKey(code, "malformed %s (spaces or control characters)", what)
+			return "", missingKey(code, "The "+what+" contains spaces or control characters: "+hint+".",
+				"malformed %s (spaces or control characters)", what)
 		}
 	}
 	return v, nil
@@ -282,7 +356,8 @@ func KeyByIP(opts ...IPOption) KeyFunc {
 				host = r.RemoteAddr // a bare address, as some tests and proxies set
 			}
 			if ip, err = netip.ParseAddr(host); err != nil {
-				return "", missingKey(http.StatusBadRequest, "unparsable client address")
+				return "", missingKey(http.StatusBadRequest, "The server could not read this request's client address.",
+					"unparsable client address (RemoteAddr)")
 			}
 		}
 		return ipKey(ip, cfg.v4Bits, cfg.v6Bits), nil
@@ -383,12 +458,12 @@ func KeyByRoute() KeyFunc {
 				// Name the method only if it is a standard one: a client
 				// may send any token as a method, and this message is
 				// shown and may be logged.
-				method := "the request method"
+				method, request := "the request method", "this request"
 				if standardMethod(r.Method) {
-					method = r.Method
+					method, request = r.Method, "this "+r.Method+" request"
 				}
-				return "", &StatusError{Code: http.StatusNotFound,
-					Err: fmt.Errorf("%w: %w: %s matches no route", ErrMissingKey, ErrNoRoute, method)}
+				return "", &StatusError{Code: http.StatusNotFound, Message: "No route matches " + request + ".",
+					Err: wrap(ErrMissingKey, "", fmt.Errorf("%w: %s matches no route", ErrNoRoute, method))}
 			}
 			return "route " + r.Method + " " + pattern, nil
 		}
@@ -404,9 +479,9 @@ func KeyByRoute() KeyFunc {
 			}
 			return "route " + method + " " + pattern, nil
 		}
-		return "", &StatusError{Code: http.StatusInternalServerError,
-			Err: fmt.Errorf("%w: %w: KeyByRoute needs a chi router around the limiter, or a Go 1.22+ ServeMux handler inside it (r.Pattern is empty)",
-				ErrMissingKey, ErrNoRoute)}
+		return "", &StatusError{Code: http.StatusInternalServerError, Message: msgMisconfigured,
+			Err: wrap(ErrMissingKey, "", fmt.Errorf("%w: KeyByRoute needs a chi router around the limiter, or a Go 1.22+ ServeMux handler inside it (r.Pattern is empty)",
+				ErrNoRoute))}
 	}
 }
 
@@ -447,6 +522,9 @@ func Compose(fns ...KeyFunc) KeyFunc {
 		if fn == nil {
 			return misconfigured("Compose: key function %d is nil", i)
 		}
+		if err := misconfiguration(fn); err != nil {
+			return misconfigured("Compose: key function %d: %s", i, strings.TrimPrefix(err.Error(), "ratelimit: misconfigured key function: "))
+		}
 	}
 	fns = append([]KeyFunc(nil), fns...)
 	return func(r *http.Request) (string, error) {
@@ -458,7 +536,7 @@ func Compose(fns ...KeyFunc) KeyFunc {
 				return "", err
 			}
 			if part == "" {
-				return "", &StatusError{Code: http.StatusInternalServerError,
+				return "", &StatusError{Code: http.StatusInternalServerError, Message: msgMisconfigured,
 					Err: fmt.Errorf("%w: Compose: key function %d returned an empty key", ErrMissingKey, i)}
 			}
 			if i > 0 {

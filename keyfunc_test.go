@@ -286,9 +286,41 @@ func TestStatusError(t *testing.T) {
 	assert.Equal(t, "cause", e.Error())
 	assert.Equal(t, 429, e.StatusCode())
 	assert.ErrorIs(t, e, cause)
+	assert.Equal(t, "cause", e.ClientMessage(), "without a Message the client is told Err's message")
 	assert.Equal(t, "Forbidden", (&ratelimit.StatusError{Code: 403}).Error())
+	assert.Equal(t, "Forbidden", (&ratelimit.StatusError{Code: 403}).ClientMessage())
 	assert.Equal(t, 500, (&ratelimit.StatusError{Code: 200}).StatusCode())
 	assert.Equal(t, 500, (&ratelimit.StatusError{Code: 600}).StatusCode())
+
+	// Message for the client, Err for developers.
+	e = &ratelimit.StatusError{Code: 422, Message: "Send a prompt.", Err: cause}
+	assert.Equal(t, "cause", e.Error())
+	assert.Equal(t, "Send a prompt.", e.ClientMessage())
+	assert.Equal(t, "Send a prompt.", (&ratelimit.StatusError{Code: 422, Message: "Send a prompt."}).Error())
+}
+
+// TestDefaultKeyIsClientIP: a Limiter built without WithKey keys requests
+// by client IP (KeyByIP), so a browser's plain GET, with no credentials,
+// is limited like any other request instead of being refused with 401.
+func TestDefaultKeyIsClientIP(t *testing.T) {
+	store := newStore(t, newClock().Now)
+	lim, err := ratelimit.New(store, ratelimit.WithLimits(ratelimit.PerMinute(2)))
+	require.NoError(t, err)
+	h := lim.Handler(okHandler)
+	get := func(remoteAddr string) int {
+		r := httptest.NewRequest("GET", "/", nil) // no Authorization, no X-API-Key
+		r.RemoteAddr = remoteAddr
+		return serve(h, r).Code
+	}
+	// 2 per minute per address, the clock stands still: the third request
+	// from 192.0.2.1 is refused, whatever its port; 198.51.100.7 and the
+	// IPv6 client (its /64) have budgets of their own.
+	assert.Equal(t, []int{200, 200, 429}, []int{get("192.0.2.1:1234"), get("192.0.2.1:5678"), get("192.0.2.1:1234")})
+	assert.Equal(t, 200, get("198.51.100.7:1234"))
+	assert.Equal(t, []int{200, 200, 429}, []int{get("[2001:db8:1:2::1]:80"), get("[2001:db8:1:2::ffff]:80"), get("[2001:db8:1:2::2]:80")},
+		"three addresses of 2001:db8:1:2::/64 share its budget")
+	assert.Equal(t, 200, get("[2001:db8:1:3::1]:80"), "another /64 has its own")
+	assert.Equal(t, ratelimit.Stats{Allowed: 6, Limited: 2}, lim.Stats())
 }
 
 // TestLimitersSharingAStoreNeverMeetByAccident: a per-IP and a per-key

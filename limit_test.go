@@ -92,7 +92,7 @@ func TestLimitAccessorsAndID(t *testing.T) {
 	assert.Equal(t, `"requests" 60/1m0s burst 60 token-bucket`, PerMinute(60).String())
 }
 
-// The seed's arithmetic: rate 10/s, capacity 50, idle 30 s, then 60
+// The README's token-bucket example: rate 10/s, capacity 50, idle 30 s, then 60
 // requests at one instant. Idle time refills the bucket to its capacity
 // (never beyond), so exactly 50 pass; each of the other 10 lacks one unit,
 // which refills in 1/10 s = 100 ms.

@@ -25,21 +25,25 @@ type Limiter struct {
 	hooks   Hooks
 	stats   counters
 
-	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
-	limitsFunc          LimitsFunc
-	clampPPM            int64
-	chargeOnServerError bool
-	quotaThreshold      time.Duration
-	quotaStatus         int
+	set             *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
+	limitsFunc      LimitsFunc
+	clampPPM        int64
+	chargeOnFailure bool
+	quotaThreshold  time.Duration
+	quotaStatus     int
 	// requestError is ErrorFormat.RequestError (WithErrorFormat), or nil
 	// for the problem details of writeCostError and limitsError.
 	requestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
 	// sleep waits d or until ctx ends (a variable so tests need not
 	// sleep).
 	sleep func(ctx context.Context, d time.Duration) error
-	// now is the clock of StoreCall.Duration (time.Now; a fake clock in
-	// tests). It is read only when Hooks.OnStoreCall is set.
+	// now is the clock of StoreCall.Duration and of the store-failure
+	// alert (time.Now; a fake clock in tests). It is read around a store
+	// call only when Hooks.OnStoreCall is set, and otherwise only on a
+	// failed call and, while the alert's episode is open, a successful one.
 	now func() time.Time
+	// alert is the store-failure alert, or nil (WithoutStoreAlert).
+	alert *storeAlert
 
 	// maxWait bounds Result.Delay when maxWaitSet (WithMaxWait).
 	maxWait    time.Duration
@@ -51,19 +55,20 @@ type Limiter struct {
 
 // New returns a Limiter that keeps its state in store. It validates the
 // whole configuration, so a bad one fails here and never reaches a
-// request (the one exception: key functions built with invalid arguments,
-// such as KeyConst("") or KeyByIP(IPv6Prefix(0)), cannot report it before
-// they run, and answer every request with 500 and a message naming the
-// mistake): the store must not be nil, there must be at least one limit
+// request: the store must not be nil, there must be at least one limit
 // (WithLimits) or a WithLimitsFunc, every limit must be valid (Limit.Err)
 // and the names unique (the sets of WithLimitsFunc are validated by
-// NewPolicySet and NewPlans), and, unless the Limiter is named
-// (WithName), no other unnamed Limiter on the same store in this process
-// may have a limit of the same name (see WithName). Every error wraps
-// ErrInvalidConfig.
+// NewPolicySet and NewPlans), the key function must not be a built-in
+// one made with invalid arguments, such as KeyConst("") or
+// KeyByIP(IPv6Prefix(0)) (also inside Compose), and, unless the Limiter
+// is named (WithName), no other unnamed Limiter on the same store in
+// this process may have a limit of the same name (see WithName). Every
+// error wraps ErrInvalidConfig.
 //
-// Defaults: key KeyByAPIKey(), headers HeadersIETF, FailOpen, store timeout
-// DefaultStoreTimeout, DefaultRejectHandler, DefaultKeyErrorHandler.
+// Defaults: key KeyByIP() (see WithKey), headers HeadersIETF, FailOpen,
+// store timeout DefaultStoreTimeout, DefaultRejectHandler,
+// DefaultKeyErrorHandler, and the store-failure alert on slog.Default()
+// (WithStoreAlert).
 func New(store Store, opts ...Option) (*Limiter, error) {
 	if store == nil {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidConfig)
@@ -71,14 +76,17 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 	if v := reflect.ValueOf(store); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil, fmt.Errorf("%w: nil %T store", ErrInvalidConfig, store)
 	}
-	c := config{key: KeyByAPIKey(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
+	c := config{key: KeyByIP(), style: HeadersIETF, storeTimeout: DefaultStoreTimeout}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidConfig, i)
 		}
 		if err := o(&c); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return nil, wrap(ErrInvalidConfig, "", err)
 		}
+	}
+	if err := misconfiguration(c.key); err != nil {
+		return nil, wrap(ErrInvalidConfig, "WithKey", err)
 	}
 	var set *PolicySet
 	if len(c.limits) > 0 || c.limitsFunc == nil {
@@ -103,16 +111,22 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		sleep:   sleep,
 		now:     time.Now,
 
-		set:                 set,
-		limitsFunc:          c.limitsFunc,
-		clampPPM:            c.clampPPM,
-		chargeOnServerError: c.chargeOnServerError,
-		quotaThreshold:      c.quotaThreshold,
-		quotaStatus:         c.quotaStatus,
-		requestError:        c.format.RequestError,
+		set:             set,
+		limitsFunc:      c.limitsFunc,
+		clampPPM:        c.clampPPM,
+		chargeOnFailure: c.chargeOnFailure,
+		quotaThreshold:  c.quotaThreshold,
+		quotaStatus:     c.quotaStatus,
+		requestError:    c.format.RequestError,
 
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
+	}
+	if !c.alertOff {
+		l.alert = &storeAlert{logger: c.alertLogger, interval: c.alertInterval, mode: c.failure}
+		if l.alert.interval == 0 {
+			l.alert.interval = DefaultStoreAlertInterval
+		}
 	}
 	l.headers = &styleWriter{style: c.style, others: c.headers}
 	l.name = c.name
@@ -177,8 +191,8 @@ type Stats struct {
 	// shadow limits would cause. They also count in Allowed.
 	ShadowLimited uint64
 	// Released counts requests whose reservation was released because
-	// the handler failed (5xx or panic) without reporting usage (see
-	// WithChargeOnServerError).
+	// the handler failed (a status outside 2xx, or a panic) without
+	// reporting usage (see WithChargeOnFailure).
 	Released uint64
 	// PlanErrors counts requests refused because the WithLimitsFunc
 	// function failed (an unknown plan, say).

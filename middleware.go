@@ -24,8 +24,9 @@ import (
 //   - Admitted: the rate-limit fields are set and next runs. Afterwards —
 //     when it returns, panics or its client disconnects — the usage the
 //     handler reported with ReportUsage is settled with the store; a
-//     failed call (5xx, or a panic before any status) without a report
-//     releases its estimates (see WithChargeOnServerError). With a
+//     failed call (a status outside 2xx, or a panic before any status)
+//     without a report releases its estimates (see WithChargeOnFailure).
+//     With a
 //     LeakyBucket limit, next runs only once the request's slot comes
 //     (Result.Delay); if the request's context ends while it waits, next
 //     never runs, its reservation is refunded and the answer is 503 with
@@ -92,7 +93,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		cost := int64(1)
 		if fn := lim.cost; fn != nil {
 			if cost, err = fn(r); err == nil && cost < 0 {
-				err = &StatusError{Code: http.StatusInternalServerError,
+				err = &StatusError{Code: http.StatusInternalServerError, Message: "The server could not compute the cost of this request.",
 					Err: fmt.Errorf("ratelimit: the cost function of limit %q returned %d, a negative cost", lim.Name(), cost)}
 			}
 			if err != nil {
@@ -111,6 +112,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		if ctx.Err() != nil {
 			writeEnded(w)
 			return
+		}
+		if l.alert != nil {
+			l.alert.decided()
 		}
 		if l.failure == FailOpen {
 			l.bypass(ctx, err)
@@ -164,7 +168,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		writeEnded(w)
 		return
 	}
-	if set.hasCost && !l.chargeOnServerError {
+	if set.hasCost && !l.chargeOnFailure {
 		// Watch the status, to release the reservation of a failed call.
 		s.rw.ResponseWriter, s.watch = w, true
 		w = &s.rw

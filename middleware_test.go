@@ -104,7 +104,7 @@ func TestRetryAfterLongerWait(t *testing.T) {
 	assert.Contains(t, w.Body.String(), `allows 10 requests per 25 seconds; retry after 1 second"`)
 }
 
-// aiLimits are the seed scenario's limits: 60 requests per minute and
+// aiLimits are the demo's free-plan limits: 60 requests per minute and
 // 100,000 tokens per day, the token cost estimated by estimateTokens.
 func aiLimits() ratelimit.Option {
 	return ratelimit.WithLimits(
@@ -186,7 +186,7 @@ func TestMissingKey(t *testing.T) {
 	assert.Equal(t, "Bearer", w.Header().Get("WWW-Authenticate"))
 	assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
 	assert.Equal(t, `{"type":"about:blank","title":"Unauthorized","status":401,`+
-		`"detail":"ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\""}`+"\n",
+		`"detail":"This request has no API key: send your API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"."}`+"\n",
 		w.Body.String())
 	assert.Equal(t, ratelimit.Stats{KeyErrors: 1}, lim.Stats())
 	assert.Zero(t, store.takes, "no store call without a key")
@@ -200,7 +200,7 @@ func TestKeyErrorHandlers(t *testing.T) {
 		w := serve(lim.Handler(okHandler), request("GET", "/", "", -1))
 		require.Equal(t, http.StatusBadRequest, w.Code)
 		assert.NotContains(t, w.Body.String(), "secret")
-		assert.Contains(t, w.Body.String(), `"detail":"the request carries no usable rate-limit key"`)
+		assert.Contains(t, w.Body.String(), `"detail":"This request carries no usable rate-limit key."`)
 	})
 	t.Run("empty key is an error", func(t *testing.T) {
 		lim, _, _ := newLimiter(t, aiLimits(), ratelimit.WithKey(func(*http.Request) (string, error) { return "", nil }))
@@ -246,9 +246,13 @@ func TestCostErrors(t *testing.T) {
 			return 0, &ratelimit.StatusError{Code: http.StatusRequestEntityTooLarge, Err: errors.New("body over 1 MiB")}
 		}, 413, `"detail":"body over 1 MiB"`},
 		{"plain error", func(*http.Request) (int64, error) { return 0, errors.New("json: oops") },
-			400, `"detail":"the request's cost for the \"tokens\" limit could not be estimated"`},
+			400, `"detail":"The cost of this request for the \"tokens\" limit could not be estimated."`},
+		{"status error with a client message", func(*http.Request) (int64, error) {
+			return 0, &ratelimit.StatusError{Code: http.StatusUnprocessableEntity, Message: "Send a prompt.", Err: errors.New("costfn: empty prompt")}
+		}, 422, `"detail":"Send a prompt."`},
+		// A bug in the cost function: the client is not shown the Go error.
 		{"negative cost", func(*http.Request) (int64, error) { return -1, nil },
-			500, `"detail":"ratelimit: the cost function of limit \"tokens\" returned -1, a negative cost"`},
+			500, `"detail":"The server could not compute the cost of this request."`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

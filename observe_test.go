@@ -228,7 +228,7 @@ func TestErrStoreFailedTellsBypassesApart(t *testing.T) {
 	})
 	t.Run("key", func(t *testing.T) {
 		var h hookLog
-		lim, err := ratelimit.New(failingStore{}, aiLimits(), h.hooks(), ratelimit.WithSkipOnKeyError())
+		lim, err := ratelimit.New(failingStore{}, aiLimits(), h.hooks(), ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithSkipOnKeyError())
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, serve(lim.Handler(okHandler), request("POST", "/", "", 1)).Code)
 		require.Len(t, h.bypasses, 1)

@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"time"
@@ -71,16 +72,37 @@ type config struct {
 	name         string // WithName
 	jitterPPM    int64  // WithRetryJitter, parts per million
 
+	// The store-failure alert (alert.go): off, or alertLogger (nil:
+	// slog.Default()) every alertInterval (0: the default).
+	alertOff      bool
+	alertLogger   *slog.Logger
+	alertInterval time.Duration
+
 	// Options for costly requests and per-request limits (plans.go).
-	limitsFunc          LimitsFunc
-	clampPPM            int64 // WithReserveClamp, parts per million; 0: none
-	chargeOnServerError bool
-	quotaThreshold      time.Duration
-	quotaStatus         int         // 0: none
-	format              ErrorFormat // WithErrorFormat
+	limitsFunc      LimitsFunc
+	clampPPM        int64 // WithReserveClamp, parts per million; 0: none
+	chargeOnFailure bool
+	quotaThreshold  time.Duration
+	quotaStatus     int         // 0: none
+	format          ErrorFormat // WithErrorFormat
 }
 
-// WithKey sets the key function (default KeyByAPIKey()).
+// WithKey sets the key function, which names who pays for a request:
+// KeyByIP, KeyByAPIKey, KeyByHeader, KeyByRoute, KeyConst, or a Compose of
+// them, or your own KeyFunc.
+//
+// The default is KeyByIP(): per client IP address, as httprate's LimitByIP
+// and ulule/limiter key by default. It is the one key every HTTP request
+// has, so a limiter without WithKey limits each client and answers a
+// browser's plain GET like any other request, where a default such as
+// KeyByAPIKey would refuse every request without credentials with 401 (and
+// KeyConst would make all clients share one budget). Behind a reverse proxy
+// every request comes from the proxy's address: put chi's
+// middleware.ClientIPFromXFF (or ClientIPFromHeader) with your proxies'
+// prefixes before the limiter, or all clients share the proxy's budget.
+// For an API whose clients authenticate, key by what they pay with
+// (WithKey(KeyByAPIKey())), and stack a per-IP limiter in front (see the
+// README's threat model).
 func WithKey(fn KeyFunc) Option {
 	return func(c *config) error {
 		if fn == nil {
@@ -282,17 +304,21 @@ func WithReserveClamp(fraction float64) Option {
 	}
 }
 
-// WithChargeOnServerError keeps the reservation of a request whose handler
-// failed — answered with a 5xx status, or panicked before writing a status
-// — without reporting usage. By default such a reservation is released
-// (the estimate refunded) for every limit with a cost function, because a
-// failed upstream call usually consumed no tokens; limits without a cost
-// function (requests) are charged either way, as the OpenAI API counts
-// failed requests. Usage reported with ReportUsage is settled as reported
-// in both cases. Releases count in Stats.Released.
-func WithChargeOnServerError() Option {
+// WithChargeOnFailure keeps the reservation of a request whose handler
+// failed without reporting usage: it answered with a status outside 2xx
+// (a 4xx such as 400 for a body the handler refused, a 3xx, a 5xx), or it
+// panicked before writing a status. By default such a reservation is
+// released (the estimate refunded in full) for every limit with a cost
+// function, because a request the handler refused, or whose upstream call
+// failed, usually consumed no tokens; limits without a cost function
+// (requests) are charged either way, as the OpenAI API counts failed
+// requests. A handler that returns without writing anything answers 200,
+// and a hijacked connection (101 Switching Protocols) counts as served:
+// both keep their reservation. Usage reported with ReportUsage is settled
+// as reported in every case. Releases count in Stats.Released.
+func WithChargeOnFailure() Option {
 	return func(c *config) error {
-		c.chargeOnServerError = true
+		c.chargeOnFailure = true
 		return nil
 	}
 }

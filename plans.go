@@ -38,7 +38,7 @@ func NewPolicySet(limits ...Limit) (*PolicySet, error) {
 	for i := range s.limits {
 		l := &s.limits[i]
 		if err := l.Err(); err != nil {
-			return nil, fmt.Errorf("%w: limit %d: %w", ErrInvalidConfig, i, err)
+			return nil, wrap(ErrInvalidConfig, fmt.Sprintf("limit %d", i), err)
 		}
 		for j := range i {
 			if s.limits[j].Name() == l.Name() {
@@ -158,7 +158,7 @@ func NewPlans(plans map[string][]Limit) (*Plans, error) {
 		}
 		set, err := NewPolicySet(plans[name]...)
 		if err != nil {
-			return nil, fmt.Errorf("NewPlans: plan %q: %w", name, err)
+			return nil, within(err, ErrInvalidConfig, fmt.Sprintf("NewPlans: plan %q", name))
 		}
 		e := p.plans[plan]
 		if e == nil {
@@ -181,9 +181,12 @@ func NewPlans(plans map[string][]Limit) (*Plans, error) {
 // that model if it has one, else the plan's own (model may be "" when the
 // request names none). When there is neither, the error is a *StatusError
 // with 403 Forbidden wrapping ErrUnknownPlan: the key is known but may not
-// use this API (or this model), and retrying will not help. Its message
-// names the plan and model, so it is fit for clients; plan names should
-// not be secrets.
+// use this API (or this model), and retrying will not help. The client is
+// told so in plain words (Message: "Your API key's plan does not include
+// this API." or "… this model; use another model."), without the plan's
+// name; the error's message, for developers, names the plan and model.
+// When an unknown plan means an unknown key, return a 401 of your own
+// instead (the demo in _example does).
 func (p *Plans) Lookup(plan, model string) (*PolicySet, error) {
 	if e := p.plans[plan]; e != nil {
 		if set := e.models[model]; set != nil && model != "" {
@@ -192,10 +195,11 @@ func (p *Plans) Lookup(plan, model string) (*PolicySet, error) {
 		if e.base != nil {
 			return e.base, nil
 		}
-		return nil, &StatusError{Code: http.StatusForbidden,
+		return nil, &StatusError{Code: http.StatusForbidden, Message: "Your API key's plan does not include this model; use another model.",
 			Err: fmt.Errorf("%w: plan %q has no limits for model %q", ErrUnknownPlan, plan, model)}
 	}
-	return nil, &StatusError{Code: http.StatusForbidden, Err: fmt.Errorf("%w: %q", ErrUnknownPlan, plan)}
+	return nil, &StatusError{Code: http.StatusForbidden, Message: "Your API key's plan does not include this API.",
+		Err: fmt.Errorf("%w: %q", ErrUnknownPlan, plan)}
 }
 
 // Names returns the table's entries as given to NewPlans ("free",

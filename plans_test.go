@@ -54,7 +54,8 @@ func TestNewPlansValidation(t *testing.T) {
 	}
 	_, err := ratelimit.NewPlans(map[string][]ratelimit.Limit{"free": {ratelimit.PerMinute(0)}})
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidLimit)
-	assert.EqualError(t, err, `NewPlans: plan "free": ratelimit: invalid configuration: limit 0: ratelimit: invalid limit: quota must be at least 1, got 0`)
+	// The package's prefix appears once in the chain.
+	assert.EqualError(t, err, `ratelimit: invalid configuration: NewPlans: plan "free": limit 0: invalid limit: quota must be at least 1, got 0`)
 
 	_, err = ratelimit.NewPolicySet()
 	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
@@ -78,11 +79,15 @@ func TestPlansLookup(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, se.StatusCode())
 	assert.ErrorIs(t, err, ratelimit.ErrUnknownPlan)
 	assert.EqualError(t, err, `ratelimit: unknown plan: "enterprise"`)
+	// The client is told in plain words, without the plan's name.
+	assert.Equal(t, "Your API key's plan does not include this API.", se.ClientMessage())
 
 	only, err := ratelimit.NewPlans(map[string][]ratelimit.Limit{"team/gpt": {ratelimit.PerMinute(1)}})
 	require.NoError(t, err)
 	_, err = only.Lookup("team", "other")
 	assert.EqualError(t, err, `ratelimit: unknown plan: plan "team" has no limits for model "other"`)
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "Your API key's plan does not include this model; use another model.", se.ClientMessage())
 
 	// Resolution allocates nothing.
 	allocs := testing.AllocsPerRun(100, func() {
@@ -141,7 +146,7 @@ func TestLimitsFuncPlans(t *testing.T) {
 		takes := store.takes
 		w = serve(h, send("sk-enterprise-dan", ""))
 		require.Equal(t, http.StatusForbidden, w.Code)
-		assert.Equal(t, `{"type":"about:blank","title":"Forbidden","status":403,"detail":"ratelimit: unknown plan: \"enterprise\""}`+"\n", w.Body.String())
+		assert.Equal(t, `{"type":"about:blank","title":"Forbidden","status":403,"detail":"Your API key's plan does not include this API."}`+"\n", w.Body.String())
 		assert.Equal(t, takes, store.takes)
 		assert.Equal(t, ratelimit.Stats{Allowed: 10, Limited: 3, Settled: 10, PlanErrors: 1}, lim.Stats())
 	})
@@ -158,7 +163,7 @@ func TestLimitsFuncErrors(t *testing.T) {
 		w := serve(lim.Handler(okHandler), request("GET", "/", "k", -1))
 		assert.Equal(t, http.StatusInternalServerError, w.Code, name)
 		assert.Equal(t, `{"type":"about:blank","title":"Internal Server Error","status":500,`+
-			`"detail":"the rate limits of this request could not be determined"}`+"\n", w.Body.String(), name)
+			`"detail":"The server could not determine the rate limits of this request."}`+"\n", w.Body.String(), name)
 		assert.Equal(t, 0, store.takes)
 		assert.Equal(t, ratelimit.Stats{PlanErrors: 1}, lim.Stats())
 

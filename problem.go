@@ -34,10 +34,11 @@ type ErrorFormat struct {
 	// or WithLimitsFunc function failed (nothing was charged). limit names
 	// the limit whose cost function failed, or is "" when the
 	// WithLimitsFunc function failed. The default answers with the
-	// error's status and message when it chose a status (an error with a
-	// StatusCode() int method, such as *StatusError), else with 400 and a
-	// generic message for a cost function and 500 for WithLimitsFunc,
-	// whose failure is a server-side fault.
+	// error's status and client message when it chose a status (an error
+	// with a StatusCode() int method, such as *StatusError, whose
+	// ClientMessage is shown), else with 400 and a generic message for a
+	// cost function and 500 for WithLimitsFunc, whose failure is a
+	// server-side fault. A 401 also gets "WWW-Authenticate: Bearer".
 	RequestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
 }
 
@@ -146,17 +147,26 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 
 // DefaultKeyErrorHandler answers a request whose key function failed with
 // an RFC 9457 problem of type about:blank. The status is the error's
-// (StatusError), else 400 Bad Request. The detail is the error's message
-// when the error chose its status (so it was written for clients) and a
-// generic sentence otherwise. A 401 gets "WWW-Authenticate: Bearer" unless
-// the response already has a WWW-Authenticate field, as RFC 9110 §15.5.2
+// (StatusError), else 400 Bad Request. The detail is the error's
+// ClientMessage when the error chose its status (so it was written for
+// clients: the built-in key functions' errors say what to send, such as
+// "This request has no API key: send your API key as \"Authorization:
+// Bearer <key>\" or \"X-API-Key: <key>\".") and a generic sentence otherwise;
+// never a Go error chain. A 401 gets "WWW-Authenticate: Bearer" unless the
+// response already has a WWW-Authenticate field, as RFC 9110 §15.5.2
 // requires of 401 responses.
 func DefaultKeyErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
-	status, show := statusOf(err, http.StatusBadRequest)
-	detail := "the request carries no usable rate-limit key"
-	if show {
-		detail = err.Error()
+	status, detail := statusOf(err, http.StatusBadRequest)
+	if detail == "" {
+		detail = "This request carries no usable rate-limit key."
 	}
+	writeErrorProblem(w, status, detail)
+}
+
+// writeErrorProblem answers with status and an about:blank problem whose
+// detail is the client's message; a 401 also gets "WWW-Authenticate:
+// Bearer" (RFC 9110 §15.5.2) unless the response has one.
+func writeErrorProblem(w http.ResponseWriter, status int, detail string) {
 	if status == http.StatusUnauthorized && w.Header().Get("WWW-Authenticate") == "" {
 		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
@@ -165,12 +175,11 @@ func DefaultKeyErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 
 // writeCostError answers a request whose cost function for l failed.
 func writeCostError(w http.ResponseWriter, l *Limit, err error) {
-	status, show := statusOf(err, http.StatusBadRequest)
-	detail := fmt.Sprintf("the request's cost for the %q limit could not be estimated", l.Name())
-	if show {
-		detail = err.Error()
+	status, detail := statusOf(err, http.StatusBadRequest)
+	if detail == "" {
+		detail = fmt.Sprintf("The cost of this request for the %q limit could not be estimated.", l.Name())
 	}
-	writeProblem(w, &problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail})
+	writeErrorProblem(w, status, detail)
 }
 
 // costError answers a request r whose cost function for lim failed.
@@ -183,19 +192,18 @@ func (l *Limiter) costError(w http.ResponseWriter, r *http.Request, lim *Limit, 
 }
 
 // limitsError answers a request whose LimitsFunc failed: with the error's
-// status and message when it chose one (StatusError), else 500 with a
-// generic message (the cause is a server-side fault, not for clients).
+// status and ClientMessage when it chose one (StatusError), else 500 with
+// a generic message (the cause is a server-side fault, not for clients).
 func (l *Limiter) limitsError(w http.ResponseWriter, r *http.Request, err error) {
 	if l.requestError != nil {
 		l.requestError(w, r, "", err)
 		return
 	}
-	status, show := statusOf(err, http.StatusInternalServerError)
-	msg := "the rate limits of this request could not be determined"
-	if show {
-		msg = err.Error()
+	status, detail := statusOf(err, http.StatusInternalServerError)
+	if detail == "" {
+		detail = "The server could not determine the rate limits of this request."
 	}
-	writeProblem(w, &problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: msg})
+	writeErrorProblem(w, status, detail)
 }
 
 // costAt returns the cost charged for decision d, or 1 when costs is not

@@ -2,8 +2,10 @@ package ratelimit_test
 
 import (
 	"context"
+	"io"
 	"math"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/llm"
 )
 
 // tpm is a tokens-per-minute limit of 1000 tokens: one token refills every
@@ -77,6 +80,33 @@ func record(h http.Handler, r *http.Request) *httptestResult {
 	return &httptestResult{code: w.Code, rateLimit: w.Header().Get("RateLimit")}
 }
 
+// TestRefusedBodyKeepsNoTokens: the body {} names no model; the token
+// estimate is 0 prompt tokens + the default output cap of 256, reserved
+// when the request is admitted. The handler refuses the body with 400 and
+// reports no usage, so the 256 tokens are released: the tokens limit is
+// whole again (100,000), while the requests limit still counts the
+// request (59 of 60 left).
+func TestRefusedBodyKeepsNoTokens(t *testing.T) {
+	estimate := llm.EstimateOpenAITokens(llm.WithDefaultOutputTokens(256))
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(
+		ratelimit.PerMinute(60).Named("requests"),
+		ratelimit.PerDay(100_000).Named("tokens").CostFrom(estimate)))
+	var reserved int64
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		reserved, _ = ratelimit.Reserved(r.Context(), "tokens")
+		body, err := llm.ReadOpenAIBody(r, 0)
+		if err == nil && body.Model == "" {
+			http.Error(w, `"model" is required`, http.StatusBadRequest)
+		}
+	}))
+	r := request("POST", "/v1/chat/completions", "k", -1)
+	r.Body = io.NopCloser(strings.NewReader(`{}`))
+	require.Equal(t, http.StatusBadRequest, serve(h, r).Code)
+	assert.Equal(t, int64(256), reserved)
+	assert.Equal(t, []int64{59, 100_000}, peek(t, store.Store, "k", lim.Limits()...))
+	assert.Equal(t, ratelimit.Stats{Allowed: 1, Settled: 1, Released: 1}, lim.Stats())
+}
+
 func TestFailedCallReleasesTheReservation(t *testing.T) {
 	type outcome struct {
 		adjust   []int64 // per Adjust call, the tokens delta (none: nil)
@@ -89,7 +119,7 @@ func TestFailedCallReleasesTheReservation(t *testing.T) {
 	}
 	tests := []struct {
 		name    string
-		charge  bool // WithChargeOnServerError
+		charge  bool // WithChargeOnFailure
 		usage   int64
 		handler func(w http.ResponseWriter, r *http.Request)
 		want    outcome
@@ -100,14 +130,26 @@ func TestFailedCallReleasesTheReservation(t *testing.T) {
 			outcome{[]int64{-1000}, 100_000, 1}},
 		{"500 with report", false, 300, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) },
 			outcome{[]int64{-700}, 99_700, 0}},
-		{"502 with WithChargeOnServerError", true, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) },
+		{"502 with WithChargeOnFailure", true, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) },
 			outcome{nil, 99_000, 0}},
+		// Any status outside 2xx is a failed call: a 4xx refused by the
+		// handler consumed no tokens either.
+		{"400 without report", false, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) },
+			outcome{[]int64{-1000}, 100_000, 1}},
+		{"400 with report", false, 10, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) },
+			outcome{[]int64{-990}, 99_990, 0}},
+		{"400 with WithChargeOnFailure", true, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) },
+			outcome{nil, 99_000, 0}},
+		{"304", false, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotModified) },
+			outcome{[]int64{-1000}, 100_000, 1}},
 		{"panic before answering", false, -1, func(http.ResponseWriter, *http.Request) { panic("boom") },
 			outcome{[]int64{-1000}, 100_000, 1}},
 		{"abort mid-stream", false, -1, abort, outcome{nil, 99_000, 0}},
 		{"404", false, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNotFound) },
-			outcome{nil, 99_000, 0}},
-		{"no status written", false, -1, func(http.ResponseWriter, *http.Request) {}, outcome{nil, 99_000, 0}},
+			outcome{[]int64{-1000}, 100_000, 1}},
+		// Success keeps the reservation when nothing is reported.
+		{"no status written (200)", false, -1, func(http.ResponseWriter, *http.Request) {}, outcome{nil, 99_000, 0}},
+		{"201", false, -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusCreated) }, outcome{nil, 99_000, 0}},
 		{"early hints then 503", false, -1, func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusEarlyHints)
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -118,7 +160,7 @@ func TestFailedCallReleasesTheReservation(t *testing.T) {
 			t.Run(tt.name, func(t *testing.T) {
 				opts := []ratelimit.Option{aiLimits()}
 				if tt.charge {
-					opts = append(opts, ratelimit.WithChargeOnServerError())
+					opts = append(opts, ratelimit.WithChargeOnFailure())
 				}
 				lim, store, _ := newLimiterOn(t, f, opts...)
 				func() {

@@ -63,7 +63,7 @@ func TestShadowLimitNeverRefuses(t *testing.T) {
 
 		// Flip it to enforced: same ID, same state. 80 tokens now wait
 		// for 10 more: 6s.
-		enforced, err := ratelimit.New(store, ratelimit.WithName("api"), ratelimit.WithLimits(requests, tokens))
+		enforced, err := ratelimit.New(store, ratelimit.WithName("api"), ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithLimits(requests, tokens))
 		require.NoError(t, err)
 		w = serve(enforced.Handler(okHandler), request("POST", "/", "k", 80))
 		require.Equal(t, http.StatusTooManyRequests, w.Code)

@@ -116,7 +116,7 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 		// The fields Err reads, read in place: Err's value receiver
 		// would copy the whole Limit on every store call.
 		if r.Limit.err != nil || r.Limit.id == "" {
-			return fmt.Errorf("%w: request %d: %w", ErrInvalidRequest, i, r.Limit.Err())
+			return wrap(ErrInvalidRequest, fmt.Sprintf("request %d", i), r.Limit.Err())
 		}
 	}
 	return nil

@@ -51,15 +51,15 @@ func onEachStore(t *testing.T, fn func(t *testing.T, f storeFactory)) {
 	}
 }
 
-// newLimiterOn builds a Limiter on a fresh store of f with a fake clock
-// and a store timeout of a minute.
+// newLimiterOn builds a Limiter on a fresh store of f with a fake clock,
+// keyed by API key, and a store timeout of a minute.
 func newLimiterOn(t testing.TB, f storeFactory, opts ...ratelimit.Option) (*ratelimit.Limiter, *recordingStore, *fakeClock) {
 	t.Helper()
 	clock := newClock()
 	store := &recordingStore{Store: f.new(t, clock.Now)}
 	// A generous store deadline: these tests check decisions, not
 	// timeouts, and the Redis stores are slow under the race detector.
-	opts = append([]ratelimit.Option{ratelimit.WithStoreTimeout(time.Minute)}, opts...)
+	opts = append([]ratelimit.Option{ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithStoreTimeout(time.Minute)}, opts...)
 	lim, err := ratelimit.New(store, opts...)
 	require.NoError(t, err)
 	return lim, store, clock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -127,7 +128,9 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 		d = max(l.now().Sub(start), 0)
 	}
 	if err != nil {
-		err = l.storeError(ctx, tctx, err)
+		err = l.storeError(ctx, tctx, op, err)
+	} else if a := l.alert; a != nil && a.open.Load() {
+		a.log(ctx, a.succeeded(l.now()))
 	}
 	cancel()
 	if hook != nil {
@@ -146,9 +149,9 @@ type storeCallError struct {
 
 func (e *storeCallError) Error() string {
 	if e.timeout > 0 {
-		return ErrStoreTimeout.Error() + " after " + e.timeout.String() + ": " + e.err.Error()
+		return ErrStoreTimeout.Error() + " after " + e.timeout.String() + ": " + strings.TrimPrefix(e.err.Error(), errPrefix)
 	}
-	return "ratelimit: store: " + e.err.Error()
+	return "ratelimit: store: " + strings.TrimPrefix(e.err.Error(), errPrefix)
 }
 
 func (e *storeCallError) Unwrap() []error {
@@ -158,15 +161,17 @@ func (e *storeCallError) Unwrap() []error {
 	return []error{ErrStoreFailed, e.err}
 }
 
-// storeError classifies a failed store call made with tctx, a child of ctx
-// with the store timeout, and counts and reports it unless ctx itself had
-// ended (then the error wraps ctx's error, and not ErrStoreFailed).
-func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
+// storeError classifies a failed store call of op made with tctx, a child
+// of ctx with the store timeout, and counts and reports it (Stats, Hooks,
+// the store-failure alert) unless ctx itself had ended (then the error
+// wraps ctx's error, and not ErrStoreFailed).
+func (l *Limiter) storeError(ctx, tctx context.Context, op StoreOp, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
+		msg := "ratelimit: store call abandoned: " + strings.TrimPrefix(err.Error(), errPrefix)
 		if !errors.Is(err, cerr) {
-			return fmt.Errorf("ratelimit: store call abandoned: %w: %w", err, cerr)
+			return &wrappedError{msg: msg + ": " + cerr.Error(), errs: []error{err, cerr}}
 		}
-		return fmt.Errorf("ratelimit: store call abandoned: %w", err)
+		return &wrappedError{msg: msg, errs: []error{err}}
 	}
 	e := &storeCallError{err: err}
 	if errors.Is(tctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
@@ -178,6 +183,9 @@ func (l *Limiter) storeError(ctx, tctx context.Context, err error) error {
 	l.stats.storeErrors.Add(1)
 	if l.hooks.OnStoreError != nil {
 		l.hooks.OnStoreError(ctx, e)
+	}
+	if l.alert != nil {
+		l.alert.log(ctx, l.alert.failed(l.now(), op, e))
 	}
 	return e
 }
@@ -221,6 +229,9 @@ func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result,
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, err
+		}
+		if l.alert != nil {
+			l.alert.decided()
 		}
 		if l.failure == FailOpen {
 			l.bypass(ctx, err)

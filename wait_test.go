@@ -100,7 +100,7 @@ func (c *simClock) Run() {
 	}
 }
 
-// leaky100 is the seed scenario's limit: 100 per minute as a queue, one
+// leaky100 is the README's leaky-bucket limit: 100 per minute as a queue, one
 // slot every 60 s / 100 = 600 ms.
 func leaky100() ratelimit.Option {
 	return ratelimit.WithLimits(ratelimit.PerMinute(100).WithAlgorithm(ratelimit.LeakyBucket))
@@ -181,7 +181,7 @@ func maxInSpan(times []time.Time, span time.Duration) int {
 }
 
 func TestWaitSmoothsBurstsWithinQuota(t *testing.T) {
-	// The seed question: does a leaky bucket smoothing bursts at 100/min
+	// The question: does a leaky bucket smoothing bursts at 100/min
 	// ever let more than 100 through in a 60 s span? A burst of 100 at
 	// t = 0 and another of 100 at t = 30 s, every caller sending when
 	// Wait returns, on simulated time. At 30 s the queue still holds the

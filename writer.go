@@ -8,7 +8,7 @@ import (
 )
 
 // statusWriter records the status of a response, so that settlement can
-// tell a failed upstream call (5xx) from a successful one. It lives inside
+// tell a failed call (not 2xx) from a successful one. It lives inside
 // the request's reqState (no allocation of its own). It keeps the
 // optional interfaces streaming and upgrades need: http.Flusher (and
 // FlushError), http.Hijacker, io.ReaderFrom, and Unwrap for

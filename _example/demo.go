@@ -193,7 +193,8 @@ type keyPlan struct {
 	usage          int64 // what each successful call uses
 	wantOK         int   // 200s
 	wantLimited    int   // 429s: the per-minute rate
-	wantForbidden  int   // 403s: the daily quota, or an unknown plan
+	wantForbidden  int   // 403s: the daily quota
+	wantBadKey     int   // 401s: a key of no known plan
 	wantTooLarge   int   // 413s
 	wantFailed     int   // 502s: the model failed, the reservation released
 	wantReserved   int64 // tokens reserved at admission, in total
@@ -212,7 +213,7 @@ func keyPlans(o options) []keyPlan {
 		case "pro":
 			p.rpm, p.tpd = o.proRPM, o.proTPD
 		default:
-			p.wantForbidden = sent // unknown plan: nothing decided, nothing charged
+			p.wantBadKey = sent // no known plan: an invalid API key, nothing charged
 			return p
 		}
 		prompt := int64(contentBytes+3) / 4
@@ -257,15 +258,15 @@ func keyPlans(o options) []keyPlan {
 		return p
 	}
 	return []keyPlan{
-		mk("sk-free-alice", "burst of small calls: rpm binds", "demo", int(5*o.rpm), 40, 100),
-		mk("sk-free-bob", "burst of small calls: rpm binds", "demo", int(5*o.rpm), 40, 100),
-		mk("sk-free-carol", "burst of small calls: rpm binds", "demo", int(5*o.rpm), 40, 100),
-		mk("sk-free-dave", "large prompts: the daily quota binds (403)", "demo", 20, 40_000, 50),
-		mk("sk-free-erin", "a prompt larger than tpd: never fits (413)", "demo", 3, int(4*o.tpd+400), 50),
-		mk("sk-free-ivan", "max_tokens of 80% of tpd: reservation clamped to half", "demo", 1, 40, o.tpd*8/10),
-		mk("sk-free-gina", "the model fails (502): reservations released", failModel, int(min(10, o.rpm)), 40, 100),
-		mk("sk-pro-judy", "the same burst on the pro plan", "demo", int(5*o.rpm), 40, 100),
-		mk("sk-trial-hank", "an unknown plan (403)", "demo", 2, 40, 100),
+		mk("sk-free-alice", "small calls: the per-minute rate stops them (429)", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-free-bob", "the same", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-free-carol", "the same", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-free-dave", "large prompts: the daily token quota stops them (403)", "demo", 20, 40_000, 50),
+		mk("sk-free-erin", "prompts larger than the daily quota: never admitted (413)", "demo", 3, int(4*o.tpd+400), 50),
+		mk("sk-free-ivan", "max_tokens of 80% of the daily quota: half the quota reserved, the rest refunded", "demo", 1, 40, o.tpd*8/10),
+		mk("sk-free-gina", "calls to a model that fails (502): each reservation given back", failModel, int(min(10, o.rpm)), 40, 100),
+		mk("sk-pro-judy", "the burst of sk-free-alice on the pro plan: all admitted", "demo", int(5*o.rpm), 40, 100),
+		mk("sk-trial-hank", "a key of no known plan: invalid API key (401)", "demo", 2, 40, 100),
 	}
 }
 
@@ -298,15 +299,19 @@ func runDemo(w io.Writer, o options) error {
 	if err != nil {
 		return err
 	}
-	where := "embedded miniredis (real Lua path)"
+	if err := pingStore(shared); err != nil {
+		return err
+	}
+	where := "an embedded miniredis (the same Lua script as on Redis)"
 	if o.redisURL != "" {
 		where = o.redisURL
 	}
-	fmt.Fprintf(w, "rampmeter demo: %d instances, one shared store, plans per API key prefix:\n", demoInstances)
-	fmt.Fprintf(w, "  sk-free-… %d requests/min + %d tokens/day; sk-pro-… %d requests/min + %d tokens/day; others 403\n",
-		o.rpm, o.tpd, o.proRPM, o.proTPD)
-	fmt.Fprintf(w, "tokens are estimated from the body, reserved (at most half the daily quota), settled to the real usage;\n")
-	fmt.Fprintf(w, "shared store: %s; the clock is frozen so every figure below is exact\n\n", where)
+	fmt.Fprintf(w, "rampmeter demo: %d instances of an OpenAI-style API share one store: %s.\n", demoInstances, where)
+	fmt.Fprintf(w, "The API key's prefix picks its plan: sk-free-… %d requests/min and %d tokens/day, sk-pro-… %d requests/min\n",
+		o.rpm, o.tpd, o.proRPM)
+	fmt.Fprintf(w, "and %d tokens/day; any other key is an invalid API key (401). Tokens are estimated from the body and reserved\n", o.proTPD)
+	fmt.Fprintf(w, "(at most half the daily quota) before the model runs, then settled to what it used. The clock stands still,\n")
+	fmt.Fprintf(w, "so every figure below follows from the limits alone, and is checked.\n\n")
 
 	httpClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer httpClient.CloseIdleConnections()
@@ -323,18 +328,15 @@ func runDemo(w io.Writer, o options) error {
 
 	ps := keyPlans(o)
 	outs, left := runTraffic(httpClient, f, ps, plans)
-	ok := report(w, "Shared Redis store (the fix)", ps, outs, left, f, true)
+	fmt.Fprintf(w, "== %d instances sharing one store: every key's calls, spread over the instances ==\n", demoInstances)
+	ok := reportShared(w, ps, outs, left, f)
 
 	// The fleet's counters, against the plans.
 	var want ratelimit.Stats
 	for _, p := range ps {
 		want.Allowed += uint64(p.wantOK + p.wantFailed)
-		want.Limited += uint64(p.wantLimited)
-		if p.plan == "free" || p.plan == "pro" {
-			want.Limited += uint64(p.wantForbidden)
-		} else {
-			want.PlanErrors += uint64(p.wantForbidden)
-		}
+		want.Limited += uint64(p.wantLimited + p.wantForbidden)
+		want.PlanErrors += uint64(p.wantBadKey)
 		want.TooLarge += uint64(p.wantTooLarge)
 		want.Released += uint64(p.wantFailed)
 		if p.wantOK > 0 && p.usage != p.reserve {
@@ -344,27 +346,36 @@ func runDemo(w io.Writer, o options) error {
 	want.Settled += want.Released
 	got := f.stats()
 	statsOK := got == want
-	fmt.Fprintf(w, "fleet counters: allowed %d, limited %d (429 and 403), too large %d, released %d, settled %d, plan errors %d, bypassed %d, store errors %d",
-		got.Allowed, got.Limited, got.TooLarge, got.Released, got.Settled, got.PlanErrors, got.Bypassed, got.StoreErrors)
+	fmt.Fprintf(w, "The limiters' counters (Stats), all instances: allowed %d, limited %d (429 and 403), too large %d, invalid key %d,\n"+
+		"released %d, settled %d, let through unlimited %d, store errors %d",
+		got.Allowed, got.Limited, got.TooLarge, got.PlanErrors, got.Released, got.Settled, got.Bypassed, got.StoreErrors)
 	if statsOK {
-		fmt.Fprintln(w, " (exact)")
+		fmt.Fprintln(w, ": as expected.")
 	} else {
 		fmt.Fprintf(w, "\n  MISMATCH: want %+v\n", want)
 		ok = false
 	}
 
-	// Malformed input gets a clear 4xx and charges nothing.
+	// Bad input gets a clear 4xx and keeps nothing: a request the limiter
+	// cannot key or estimate is never charged, and a request the handler
+	// refuses (400: {} names no model) gets its token reservation back.
 	bad := send(httpClient, f, []demoRequest{
 		{key: "", body: chatBody("demo", 10, 10, false)},
 		{key: "sk-free-frank", body: `{"model":"demo","messages":[`},
-	}, 2)
-	fmt.Fprintf(w, "no API key → %d (want 401); malformed JSON → %d (want 400)\n\n", bad[0].status, bad[1].status)
-	if bad[0].status != http.StatusUnauthorized || bad[1].status != http.StatusBadRequest {
+		{key: "sk-free-grace", body: `{}`},
+	}, 1)
+	_, graceTokens := peekKey(shared, plans, "sk-free-grace")
+	fmt.Fprintf(w, "Bad input: no API key → %d (want 401); malformed JSON → %d (want 400); {} without a model → %d (want 400),\n"+
+		"  its %d reserved tokens given back: %d tokens left (want %d).\n\n",
+		bad[0].status, bad[1].status, bad[2].status, defaultMaxTokens, graceTokens, o.tpd)
+	if bad[0].status != http.StatusUnauthorized || bad[1].status != http.StatusBadRequest ||
+		bad[2].status != http.StatusBadRequest || graceTokens != o.tpd {
 		ok = false
 	}
 
-	// The same traffic against per-process memory stores: each instance
-	// enforces its own limit, so the fleet admits about 5× the rate.
+	// The same traffic against a memory store in each instance: each
+	// enforces the limit on its own share of the calls, so the fleet
+	// admits up to demoInstances times the limit.
 	localStores := make([]ratelimit.Store, demoInstances)
 	for i := range localStores {
 		m, err := memory.New(memory.WithClock(clock.Now))
@@ -379,16 +390,18 @@ func runDemo(w io.Writer, o options) error {
 		return err
 	}
 	defer lf.stop()
-	localOuts, localLeft := runTraffic(httpClient, lf, ps[:3], plans)
-	report(w, "For contrast: a memory store per process (the bug)", ps[:3], localOuts, localLeft, lf, false)
+	localOuts, _ := runTraffic(httpClient, lf, ps[:3], plans)
+	fmt.Fprintf(w, "== For comparison: the first three keys again, with a memory store in each instance ==\n")
+	fmt.Fprintf(w, "Each instance counts only the calls it serves, so a key gets its per-minute limit from each of the %d.\n", demoInstances)
+	reportLocal(w, ps[:3], localOuts, lf)
 	sharedOK, localOK := countOK(outs, "sk-free-alice"), countOK(localOuts, "sk-free-alice")
-	fmt.Fprintf(w, "sk-free-alice admitted: %d with the shared store, %d with per-process stores (%.1f× the intended %d/min)\n\n",
+	fmt.Fprintf(w, "sk-free-alice got %d calls through with the shared store and %d with a store per instance: %.1f× its %d per minute.\n\n",
 		sharedOK, localOK, float64(localOK)/float64(o.rpm), o.rpm)
 
 	if !ok {
-		return fmt.Errorf("the shared-store fleet did not hold every limit exactly (see the table)")
+		return fmt.Errorf("the %d instances sharing one store did not hold every limit exactly (see MISMATCH above)", demoInstances)
 	}
-	fmt.Fprintln(w, "PASS: the shared-store fleet held every limit exactly.")
+	fmt.Fprintf(w, "PASS: the %d instances sharing one store held every limit exactly.\n", demoInstances)
 	return nil
 }
 
@@ -451,112 +464,168 @@ func peekKey(store ratelimit.Store, plans *ratelimit.Plans, key string) (request
 	return out[0].Remaining, out[1].Remaining
 }
 
-// report prints the per-key and per-instance tables; with check it compares
-// every figure with the plan, including the store's own remaining quota
-// (left, per key), and returns whether all matched.
-func report(w io.Writer, title string, ps []keyPlan, outs []outcome, left map[string][2]int64, f *fleet, check bool) bool {
-	fmt.Fprintf(w, "== %s ==\n", title)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "key\tsent\t200\t429\t403\t413\t502\tother\ttokens reserved\ttokens charged\trefunded\trequests left\ttokens left\tRetry-After\tcheck\t")
-	allOK := true
+// statusCounts counts outcomes by status.
+type statusCounts struct {
+	sent, ok, rate, quota, tooLarge, badKey, failed, other int
+	tokens                                                 int64 // charged: usage of 200s
+	reserved                                               int64
+}
+
+func (c *statusCounts) add(o outcome) {
+	c.sent++
+	c.reserved += o.reserved
+	switch o.status {
+	case http.StatusOK:
+		c.ok++
+		c.tokens += o.tokens
+	case http.StatusTooManyRequests:
+		c.rate++
+	case http.StatusForbidden:
+		c.quota++
+	case http.StatusRequestEntityTooLarge:
+		c.tooLarge++
+	case http.StatusUnauthorized:
+		c.badKey++
+	case http.StatusBadGateway:
+		c.failed++
+	default:
+		c.other++
+	}
+}
+
+// The two header rows of a table of statusCounts columns: the status, and
+// what it means here.
+const (
+	statusHeader  = "sent\t200\t429\t403\t413\t401\t502\tother\t"
+	meaningHeader = "\tok\tper-minute\tdaily quota\tnever fits\tbad key\tmodel down\t\t"
+)
+
+func (c *statusCounts) cells() string {
+	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", c.sent, c.ok, c.rate, c.quota, c.tooLarge, c.badKey, c.failed, c.other)
+}
+
+// reportShared prints the shared fleet's tables, per key and per instance,
+// compares every figure with the plan, including the store's own remaining
+// quota (left, per key), and returns whether all matched.
+func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]int64, f *fleet) bool {
+	fmt.Fprintf(w, "The keys, each sending its calls at once, round-robin over the %d instances:\n", len(f.urls))
 	for _, p := range ps {
-		var sent, okN, limited, forbidden, tooLarge, failed, other int
-		var tokens, reserved int64
-		retry := ""
+		fmt.Fprintf(w, "  %-14s %3d %s\n", p.key, p.sent, p.what)
+	}
+	fmt.Fprintln(w)
+
+	type row struct {
+		c                statusCounts
+		retry, verdict   string
+		reqLeft, tokLeft int64
+	}
+	rows := make([]row, len(ps))
+	allOK := true
+	for i, p := range ps {
+		r := &rows[i]
 		for _, o := range outs {
 			if o.req.key != p.key {
 				continue
 			}
-			sent++
-			reserved += o.reserved
-			switch o.status {
-			case http.StatusOK:
-				okN++
-				tokens += o.tokens
-			case http.StatusTooManyRequests:
-				limited++
-				retry = o.retryAfter
-			case http.StatusForbidden:
-				forbidden++
-				if o.retryAfter != "" {
-					retry = o.retryAfter
-				}
-			case http.StatusRequestEntityTooLarge:
-				tooLarge++
-			case http.StatusBadGateway:
-				failed++
-			default:
-				other++
+			r.c.add(o)
+			if o.retryAfter != "" && (o.status == http.StatusTooManyRequests || o.status == http.StatusForbidden) {
+				r.retry = o.retryAfter
 			}
 		}
-		reqLeft, tokLeft := left[p.key][0], left[p.key][1]
-		show := func(n int64) string {
-			if n < 0 {
-				return "-"
-			}
-			return strconv.FormatInt(n, 10)
+		c := &r.c
+		r.reqLeft, r.tokLeft = left[p.key][0], left[p.key][1]
+		match := c.ok == p.wantOK && c.rate == p.wantLimited && c.quota == p.wantForbidden && c.tooLarge == p.wantTooLarge &&
+			c.badKey == p.wantBadKey && c.failed == p.wantFailed && c.other == 0 && c.tokens == p.wantTokens &&
+			c.reserved == p.wantReserved && r.retry == p.wantRetryAfter
+		if p.rpm > 0 {
+			match = match && r.reqLeft == p.wantReqRemain && r.tokLeft == p.wantTokRemain
 		}
-		verdict := ""
-		if check {
-			match := okN == p.wantOK && limited == p.wantLimited && forbidden == p.wantForbidden && tooLarge == p.wantTooLarge &&
-				failed == p.wantFailed && other == 0 && tokens == p.wantTokens && reserved == p.wantReserved &&
-				retry == p.wantRetryAfter
-			if p.rpm > 0 {
-				match = match && reqLeft == p.wantReqRemain && tokLeft == p.wantTokRemain
-			}
-			verdict = "exact"
-			if !match {
-				verdict = fmt.Sprintf("MISMATCH (want 200=%d 429=%d 403=%d 413=%d 502=%d reserved=%d charged=%d left=%d/%d Retry-After=%q)",
-					p.wantOK, p.wantLimited, p.wantForbidden, p.wantTooLarge, p.wantFailed, p.wantReserved, p.wantTokens,
-					p.wantReqRemain, p.wantTokRemain, p.wantRetryAfter)
-				allOK = false
-			}
+		r.verdict = "yes"
+		if !match {
+			r.verdict = fmt.Sprintf("MISMATCH (want 200=%d 429=%d 403=%d 413=%d 401=%d 502=%d reserved=%d charged=%d left=%d/%d Retry-After=%q)",
+				p.wantOK, p.wantLimited, p.wantForbidden, p.wantTooLarge, p.wantBadKey, p.wantFailed, p.wantReserved, p.wantTokens,
+				p.wantReqRemain, p.wantTokRemain, p.wantRetryAfter)
+			allOK = false
 		}
-		if retry == "" {
-			retry = "-"
+		if r.retry == "" {
+			r.retry = "-"
 		} else {
-			retry += "s"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n",
-			p.key, sent, okN, limited, forbidden, tooLarge, failed, other, reserved, tokens, reserved-tokens,
-			show(reqLeft), show(tokLeft), retry, verdict)
-	}
-	_ = tw.Flush()
-	if check {
-		for _, p := range ps {
-			fmt.Fprintf(w, "  %-14s %s\n", p.key, p.what)
+			r.retry += "s"
 		}
 	}
 
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "instance\tsent\t200\t429\t403\t413\t502\ttokens charged\t")
-	for i := range f.urls {
-		var sent, okN, limited, forbidden, tooLarge, failed int
-		var tokens int64
-		for _, o := range outs {
-			if o.req.instance != i || !planned(ps, o.req.key) {
-				continue
-			}
-			sent++
-			switch o.status {
-			case http.StatusOK:
-				okN++
-				tokens += o.tokens
-			case http.StatusTooManyRequests:
-				limited++
-			case http.StatusForbidden:
-				forbidden++
-			case http.StatusRequestEntityTooLarge:
-				tooLarge++
-			case http.StatusBadGateway:
-				failed++
-			}
-		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", i+1, sent, okN, limited, forbidden, tooLarge, failed, tokens)
+	fmt.Fprintln(w, "What each key got, by status (Retry-After: the wait the last 429 or 403 announced):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "key\t"+statusHeader+"Retry-After\t")
+	fmt.Fprintln(tw, "\t"+meaningHeader+"\t")
+	for i, p := range ps {
+		fmt.Fprintf(tw, "%s\t%s%s\t\n", p.key, rows[i].c.cells(), rows[i].retry)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "Tokens reserved when each call was admitted, charged for what the model used, refunded the difference;")
+	fmt.Fprintln(w, "then what the shared store holds for the key. Expected: every figure of both tables is the one derived")
+	fmt.Fprintln(w, "from the limits.")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "key\ttokens\ttokens\ttokens\trequests\ttokens\t\t")
+	fmt.Fprintln(tw, "\treserved\tcharged\trefunded\tleft\tleft\texpected?\t")
+	show := func(n int64) string {
+		if n < 0 {
+			return "-"
+		}
+		return strconv.FormatInt(n, 10)
+	}
+	for i, p := range ps {
+		r := &rows[i]
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", p.key, r.c.reserved, r.c.tokens, r.c.reserved-r.c.tokens,
+			show(r.reqLeft), show(r.tokLeft), r.verdict)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "What each instance answered:")
+	reportInstances(w, ps, outs, f)
 	return allOK
+}
+
+// reportInstances prints what each instance answered.
+func reportInstances(w io.Writer, ps []keyPlan, outs []outcome, f *fleet) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "instance\t"+statusHeader+"tokens\t")
+	fmt.Fprintln(tw, "\t"+meaningHeader+"charged\t")
+	for i := range f.urls {
+		var c statusCounts
+		for _, o := range outs {
+			if o.req.instance == i && planned(ps, o.req.key) {
+				c.add(o)
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s%d\t\n", i+1, c.cells(), c.tokens)
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+}
+
+// reportLocal prints the comparison fleet's tables: per key, how many calls
+// got through against the key's per-minute limit; per instance, what it
+// answered.
+func reportLocal(w io.Writer, ps []keyPlan, outs []outcome, f *fleet) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "key\tsent\tgot through\trefused\tlimit\tgot through\t")
+	fmt.Fprintln(tw, "\t\t(200)\t(429)\tper minute\t÷ limit\t")
+	for _, p := range ps {
+		var c statusCounts
+		for _, o := range outs {
+			if o.req.key == p.key {
+				c.add(o)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.1f×\t\n", p.key, c.sent, c.ok, c.rate, p.rpm, float64(c.ok)/float64(p.rpm))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "What each instance answered:")
+	reportInstances(w, ps, outs, f)
 }
 
 func planned(ps []keyPlan, key string) bool {

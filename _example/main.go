@@ -1,7 +1,7 @@
 // Command _example is a small OpenAI-compatible AI API protected by
 // rampmeter: every API key has a plan, named by its prefix — sk-free-…
 // gets -rpm requests per minute and -tpd AI tokens per day, sk-pro-…
-// gets -pro-rpm and -pro-tpd, any other key is refused (403) — decided
+// gets -pro-rpm and -pro-tpd, any other key is an invalid API key (401) — decided
 // atomically in one shared store by every instance. Token estimates come
 // from the request body (llm.EstimateOpenAITokens), are reserved
 // before the model runs (at most half the daily quota per request) and
@@ -12,7 +12,7 @@
 //	go run ./_example                 # one instance on 127.0.0.1:8080, embedded Redis
 //	go run ./_example -instances 5    # five instances on 8080..8084 sharing one store
 //	go run ./_example -redis redis://127.0.0.1:6379/0
-//	go run ./_example -demo           # the seed scenario; exits 0 only if every limit held exactly
+//	go run ./_example -demo           # a scripted check: bursts from 9 keys at 5 instances; exits 0 only if every limit held exactly
 //
 // Without -redis the store is an embedded miniredis, so the real Lua path
 // runs with no setup.
@@ -69,7 +69,7 @@ func main() {
 	flag.Int64Var(&o.proTPD, "pro-tpd", 2_000_000, "AI tokens per day per API key of the pro plan")
 	flag.DurationVar(&o.storeTimeout, "store-timeout", 0, "deadline of each store call, then FailOpen applies (default: the library's 50ms with -redis; 1s for the embedded miniredis, which runs Lua interpreted in this process and queues a burst)")
 	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
-	flag.BoolVar(&o.demo, "demo", false, "run the seed scenario against 5 instances and exit (0 only if every limit held exactly)")
+	flag.BoolVar(&o.demo, "demo", false, "send bursts from several API keys to 5 instances sharing one store, print what each got, and exit (0 only if every limit held exactly)")
 	flag.Parse()
 
 	var err error
@@ -113,6 +113,14 @@ func newRedisClient(url string) (redis.UniversalClient, *miniredis.Miniredis, fu
 	return c, m, func() { _ = c.Close(); m.Close() }, nil
 }
 
+// pingStore checks, before serving, that the store can decide (see
+// redisstore.Store.Ping): otherwise every request would pass unlimited.
+func pingStore(s *redisstore.Store) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return s.Ping(ctx)
+}
+
 // newPlans validates the plans once: requests per minute and tokens per
 // day, stacked, per plan.
 func newPlans(o options) (*ratelimit.Plans, error) {
@@ -133,13 +141,28 @@ func planOf(key string) string {
 	return plan
 }
 
+// invalidAPIKey is the message of a key of no known plan.
+const invalidAPIKey = `Invalid API key: API keys start with "sk-free-" or "sk-pro-".`
+
+// limitsOf is the limiters' WithLimitsFunc: the limits of the key's plan.
+// A key of no known plan is no valid key here (a real API would not find
+// it in its account table), so the answer is 401, not the 403 that
+// Plans.Lookup gives a known key without access.
+func limitsOf(plans *ratelimit.Plans) ratelimit.LimitsFunc {
+	return func(_ *http.Request, key string) (*ratelimit.PolicySet, error) {
+		set, err := plans.Lookup(planOf(key), "")
+		if errors.Is(err, ratelimit.ErrUnknownPlan) {
+			return nil, &ratelimit.StatusError{Code: http.StatusUnauthorized, Message: invalidAPIKey, Err: err}
+		}
+		return set, err
+	}
+}
+
 // newLimiter builds one instance's limiter on store.
 func newLimiter(store ratelimit.Store, plans *ratelimit.Plans, o options) (*ratelimit.Limiter, error) {
 	return ratelimit.New(store,
 		ratelimit.WithKey(ratelimit.KeyByAPIKey()),
-		ratelimit.WithLimitsFunc(func(_ *http.Request, key string) (*ratelimit.PolicySet, error) {
-			return plans.Lookup(planOf(key), "") // 403 for an unknown plan
-		}),
+		ratelimit.WithLimitsFunc(limitsOf(plans)),
 		ratelimit.WithReserveClamp(0.5),
 		ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden),
 		ratelimit.WithHeaders(ratelimit.HeadersIETF|ratelimit.HeadersXRateLimit, llm.OpenAIHeaders()),
@@ -190,6 +213,9 @@ func serve(o options) error {
 	defer stop()
 	rstore, err := redisstore.New(client)
 	if err != nil {
+		return err
+	}
+	if err := pingStore(rstore); err != nil {
 		return err
 	}
 	// Prometheus metrics for the whole process at /metrics on every
@@ -246,7 +272,7 @@ Try it:
        -d '{"model":"demo-fail","messages":[{"role":"user","content":"hi"}]}'        # 502: reservation refunded
   curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 403: unknown plan
+  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
   curl -si http://%[7]s/v1/chat/completions -d '{}'                                   # 401: no API key
   curl -s http://%[7]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
   seq 70 | xargs -P 70 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[7]s/v1/chat/completions \

@@ -81,10 +81,10 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case body.Model == "":
-		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"model" is required`)})
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Message: `The request body needs a "model".`})
 		return
 	case len(body.Texts) == 0:
-		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: errors.New(`"messages" must not be empty`)})
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Message: `The request body needs at least one message in "messages".`})
 		return
 	}
 	// Show the client what the limiter reserved (the demo's table adds
@@ -95,14 +95,14 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	if body.Model == failModel {
 		// A failed upstream call, no usage reported: the middleware
 		// releases the token reservation (the request still counts).
-		writeError(w, &ratelimit.StatusError{Code: http.StatusBadGateway, Err: errors.New("the model is unavailable")})
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadGateway, Message: "The model is unavailable; try again later."})
 		return
 	}
 	// A proxy forwards the body upstream with include_usage set, so that
 	// a stream ends with a usage chunk; the fake model honours it.
 	upstream, err := llm.IncludeStreamUsage(body.Raw)
 	if err != nil {
-		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Err: err})
+		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Message: `The request body is invalid: "stream_options" must be an object.`, Err: err})
 		return
 	}
 	var opts struct {
@@ -173,12 +173,14 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// writeError answers in the OpenAI error shape.
+// writeError answers in the OpenAI error shape: a *ratelimit.StatusError
+// with its status and client message, any other error (a bug here) with
+// 500 and a generic message, so no Go error text reaches the client.
 func writeError(w http.ResponseWriter, err error) {
-	code := http.StatusBadRequest
-	var se interface{ StatusCode() int }
+	code, msg := http.StatusInternalServerError, "The server failed to answer this request."
+	var se *ratelimit.StatusError
 	if errors.As(err, &se) {
-		code = se.StatusCode()
+		code, msg = se.StatusCode(), se.ClientMessage()
 	}
 	typ := "invalid_request_error"
 	if code >= 500 {
@@ -187,6 +189,6 @@ func writeError(w http.ResponseWriter, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{
-		"message": err.Error(), "type": typ, "param": nil, "code": nil,
+		"message": msg, "type": typ, "param": nil, "code": nil,
 	}})
 }

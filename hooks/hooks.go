@@ -100,7 +100,10 @@ const SlowStoreCall = 10 * time.Millisecond
 // Records carry the hook's context, so a handler can add request-scoped
 // attributes (a trace ID). A flood of refusals logs at Debug only, so
 // enabling Warn does not let clients fill the logs. No record contains a
-// rate-limit key (see the package documentation).
+// rate-limit key (see the package documentation). The Limiter's own
+// store-failure alert (ratelimit.WithStoreAlert: a line when the store
+// starts failing, then at most one a minute) stays on beside these hooks;
+// pass ratelimit.WithoutStoreAlert() to log store failures only here.
 func Slog(logger *slog.Logger) ratelimit.Hooks {
 	if logger == nil {
 		logger = slog.Default()

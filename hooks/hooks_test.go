@@ -80,7 +80,7 @@ func TestSlog(t *testing.T) {
 	_, err = bad.Take(ctx, "sk-secret-key-0123456789")
 	require.Error(t, err)
 
-	skip, err := ratelimit.New(mem, limits, named, ratelimit.WithHooks(hooks.Slog(logger)), ratelimit.WithSkipOnKeyError())
+	skip, err := ratelimit.New(mem, limits, named, ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithHooks(hooks.Slog(logger)), ratelimit.WithSkipOnKeyError())
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	skip.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
@@ -255,7 +255,7 @@ func TestBypassCause(t *testing.T) {
 	assert.Equal(t, hooks.CauseKey, hooks.BypassCause(nil))
 	// A real store failure under FailOpen, and a real key error.
 	var reasons []string
-	lim, err := ratelimit.New(errStore{errors.New("down")}, ratelimit.WithLimits(ratelimit.PerMinute(1)),
+	lim, err := ratelimit.New(errStore{errors.New("down")}, ratelimit.WithLimits(ratelimit.PerMinute(1)), ratelimit.WithKey(ratelimit.KeyByAPIKey()),
 		ratelimit.WithSkipOnKeyError(), ratelimit.WithHooks(ratelimit.Hooks{OnBypass: func(_ context.Context, reason error) {
 			reasons = append(reasons, hooks.BypassCause(reason))
 		}}))

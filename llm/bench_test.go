@@ -56,6 +56,7 @@ func BenchmarkMiddlewareAI(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	lim, err := ratelimit.New(store,
+		ratelimit.WithKey(ratelimit.KeyByAPIKey()),
 		ratelimit.WithLimitsFunc(func(_ *http.Request, key string) (*ratelimit.PolicySet, error) {
 			if strings.HasPrefix(key, "sk-pro-") {
 				return plans.Lookup("pro", "")

@@ -20,6 +20,6 @@
 //
 // The generic parts stay in package ratelimit: cost functions
 // (Limit.CostFrom), reservations and their settlement (ReportUsage,
-// Reserved), WithReserveClamp, WithChargeOnServerError and
+// Reserved), WithReserveClamp, WithChargeOnFailure and
 // WithQuotaExhaustedStatus. This package only uses ratelimit's exported API.
 package llm

@@ -37,12 +37,13 @@ import (
 //     on tokens per day (TPD): ... Please try again in 5h3m0s.`
 //   - 503 (ratelimit.FailClosed): type "server_error", no code.
 //
-// A failed key function (KeyError) gets type "invalid_request_error" with
-// the status and message ratelimit.DefaultKeyErrorHandler would choose (a
-// 401 also gets "WWW-Authenticate: Bearer" and code "invalid_api_key"); a
-// failed cost or WithLimitsFunc function (RequestError) gets the status
-// the default would choose and type "invalid_request_error" for a 4xx,
-// "server_error" for a 5xx.
+// A failed key function (KeyError) or cost or WithLimitsFunc function
+// (RequestError) gets the status and message the default problem details
+// would carry: for an error that chose its status (a
+// *ratelimit.StatusError) its ClientMessage, which says in plain words
+// what to do, else a generic sentence, never a Go error chain. The type is
+// "invalid_request_error" for a 4xx and "server_error" for a 5xx; a 401
+// also gets code "invalid_api_key" and "WWW-Authenticate: Bearer".
 func OpenAIErrors() ratelimit.ErrorFormat {
 	return ratelimit.ErrorFormat{Reject: openAIReject, KeyError: openAIKeyError, RequestError: openAIRequestError}
 }
@@ -108,19 +109,11 @@ func openAIReject(w http.ResponseWriter, r *http.Request, rej ratelimit.Rejectio
 
 // openAIKeyError is OpenAIErrors' KeyError.
 func openAIKeyError(w http.ResponseWriter, r *http.Request, err error) {
-	status, show := statusOf(err, http.StatusBadRequest)
-	msg := "The request carries no usable API key."
-	if show {
-		msg = err.Error()
+	status, msg := statusOf(err, http.StatusBadRequest)
+	if msg == "" {
+		msg = "This request carries no usable API key."
 	}
-	code := ""
-	if status == http.StatusUnauthorized {
-		code = "invalid_api_key"
-		if w.Header().Get("WWW-Authenticate") == "" {
-			w.Header().Set("WWW-Authenticate", "Bearer")
-		}
-	}
-	writeOpenAIError(w, status, msg, "invalid_request_error", code)
+	writeClientError(w, status, msg)
 }
 
 // openAIRequestError is OpenAIErrors' RequestError: limit names the limit
@@ -128,19 +121,29 @@ func openAIKeyError(w http.ResponseWriter, r *http.Request, err error) {
 // failed.
 func openAIRequestError(w http.ResponseWriter, r *http.Request, limit string, err error) {
 	var status int
-	var show bool
 	var msg string
 	if limit != "" {
-		status, show = statusOf(err, http.StatusBadRequest)
-		msg = fmt.Sprintf("The request's cost for the %q limit could not be estimated.", limit)
-	} else {
-		status, show = statusOf(err, http.StatusInternalServerError)
-		msg = "the rate limits of this request could not be determined"
+		if status, msg = statusOf(err, http.StatusBadRequest); msg == "" {
+			msg = fmt.Sprintf("The cost of this request for the %q limit could not be estimated.", limit)
+		}
+	} else if status, msg = statusOf(err, http.StatusInternalServerError); msg == "" {
+		msg = "The server could not determine the rate limits of this request."
 	}
-	if show {
-		msg = err.Error()
+	writeClientError(w, status, msg)
+}
+
+// writeClientError answers a request the limiter could not decide with
+// status and msg in OpenAI's shape; a 401 gets code "invalid_api_key" and
+// "WWW-Authenticate: Bearer" (RFC 9110 §15.5.2) unless it has one.
+func writeClientError(w http.ResponseWriter, status int, msg string) {
+	code := ""
+	if status == http.StatusUnauthorized {
+		code = "invalid_api_key"
+		if w.Header().Get("WWW-Authenticate") == "" {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+		}
 	}
-	writeOpenAIError(w, status, msg, errorType(status), "")
+	writeOpenAIError(w, status, msg, errorType(status), code)
 }
 
 // errorType is the OpenAI error type of a status.
@@ -152,20 +155,25 @@ func errorType(status int) string {
 }
 
 // statusOf returns the status an error of a key, cost or limits function
-// is answered with, and whether its message may be shown to the client:
-// the rule of package ratelimit (an error that chose its status, with a
-// StatusCode method, was written for clients; a status outside 400 to 599
-// becomes 500), so that both error formats answer alike.
-func statusOf(err error, fallback int) (int, bool) {
+// is answered with, and the message for the client, by the rule of package
+// ratelimit, so that both error formats answer alike: an error that chose
+// its status (a StatusCode method; a status outside 400 to 599 becomes
+// 500) was written for clients, and its message is its ClientMessage if it
+// has one (*ratelimit.StatusError), else its message; for any other error
+// statusOf returns fallback and "", and the caller says something generic.
+func statusOf(err error, fallback int) (int, string) {
 	var sc interface{ StatusCode() int }
-	if errors.As(err, &sc) {
-		code := sc.StatusCode()
-		if code < 400 || code > 599 {
-			code = http.StatusInternalServerError
-		}
-		return code, true
+	if !errors.As(err, &sc) {
+		return fallback, ""
 	}
-	return fallback, false
+	code := sc.StatusCode()
+	if code < 400 || code > 599 {
+		code = http.StatusInternalServerError
+	}
+	if cm, ok := sc.(interface{ ClientMessage() string }); ok {
+		return code, cm.ClientMessage()
+	}
+	return code, err.Error()
 }
 
 // rateName names a limit's rate as OpenAI's messages do: "tokens per min

@@ -37,7 +37,7 @@ func TestOpenAIErrors(t *testing.T) {
 	w = serve(h, request("POST", "/", "", 1))
 	require.Equal(t, http.StatusUnauthorized, w.Code)
 	assert.Equal(t, "Bearer", w.Header().Get("WWW-Authenticate"))
-	assert.Equal(t, `{"error":{"message":"ratelimit: no rate-limit key: send an API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\"",`+
+	assert.Equal(t, `{"error":{"message":"This request has no API key: send your API key as \"Authorization: Bearer <key>\" or \"X-API-Key: <key>\".",`+
 		`"type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`+"\n", w.Body.String())
 
 	r := request("POST", "/", "k", -1)
@@ -78,7 +78,7 @@ func TestOpenAIErrorsOfLimitsFunc(t *testing.T) {
 		}))
 	w := serve(lim.Handler(okHandler), request("GET", "/", "gold-x", -1))
 	assert.Equal(t, http.StatusForbidden, w.Code)
-	assert.Equal(t, `{"error":{"message":"ratelimit: unknown plan: \"gold\"","type":"invalid_request_error","param":null,"code":null}}`+"\n", w.Body.String())
+	assert.Equal(t, `{"error":{"message":"Your API key's plan does not include this API.","type":"invalid_request_error","param":null,"code":null}}`+"\n", w.Body.String())
 
 	// An error without a status is a server-side fault: 500, a generic
 	// message.
@@ -88,7 +88,7 @@ func TestOpenAIErrorsOfLimitsFunc(t *testing.T) {
 		}))
 	w = serve(lim.Handler(okHandler), request("GET", "/", "k", -1))
 	assert.Equal(t, http.StatusInternalServerError, w.Code)
-	assert.Equal(t, `{"error":{"message":"the rate limits of this request could not be determined","type":"server_error","param":null,"code":null}}`+"\n", w.Body.String())
+	assert.Equal(t, `{"error":{"message":"The server could not determine the rate limits of this request.","type":"server_error","param":null,"code":null}}`+"\n", w.Body.String())
 }
 
 // A RejectHandler or key-error handler given beside the format wins over

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/rampmeter/ratelimit"
 )
@@ -15,7 +16,7 @@ import (
 // ErrInvalidBody is wrapped by the errors of ReadOpenAIBody (and so of
 // EstimateOpenAITokens) for a body that is not a JSON object of the
 // expected shape, and by IncludeStreamUsage's errors.
-var ErrInvalidBody = errors.New("ratelimit: invalid request body")
+var ErrInvalidBody = errors.New("llm: invalid request body")
 
 // DefaultMaxBodyBytes is the largest request body, in bytes, that
 // EstimateOpenAITokens reads unless WithMaxBodyBytes says otherwise: 1 MiB.
@@ -123,7 +124,8 @@ func EstimateOpenAITokens(opts ...EstimateOption) ratelimit.CostFunc {
 		}
 		if err != nil {
 			e := &ratelimit.StatusError{Code: http.StatusInternalServerError,
-				Err: fmt.Errorf("%w: EstimateOpenAITokens: %w", ratelimit.ErrInvalidConfig, err)}
+				Message: "The server's rate limiter is misconfigured; this is not a problem with your request.",
+				Err:     fmt.Errorf("%w: EstimateOpenAITokens: %w", ratelimit.ErrInvalidConfig, err)}
 			return func(*http.Request) (int64, error) { return 0, e }
 		}
 	}
@@ -240,13 +242,14 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 			return nil, bodyTooLarge(maxBytes)
 		case err != nil:
 			return nil, &ratelimit.StatusError{Code: http.StatusBadRequest,
-				Err: fmt.Errorf("%w: reading the body: %w", ErrInvalidBody, err)}
+				Message: "The request body could not be read; send it again.",
+				Err:     fmt.Errorf("%w: reading the body: %w", ErrInvalidBody, err)}
 		}
 	}
 	body, err := parseOpenAIBody(raw)
 	if err != nil {
 		body = nil
-		err = &ratelimit.StatusError{Code: http.StatusBadRequest, Err: err}
+		err = invalidBody(err)
 	}
 	r.Body = &cachedBody{Reader: bytes.NewReader(raw), body: body, err: err}
 	return body, err
@@ -254,7 +257,17 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 
 func bodyTooLarge(maxBytes int64) error {
 	return &ratelimit.StatusError{Code: http.StatusRequestEntityTooLarge,
-		Err: fmt.Errorf("ratelimit: the request body is larger than %d bytes", maxBytes)}
+		Message: fmt.Sprintf("The request body is larger than %d bytes; send a smaller one.", maxBytes),
+		Err:     fmt.Errorf("llm: the request body is larger than %d bytes", maxBytes)}
+}
+
+// invalidBody is the 400 of err, an error wrapping ErrInvalidBody: the
+// client is told what is wrong with the body in plain words (err's message
+// after ErrInvalidBody's: "The request body is invalid: \"max_tokens\" must
+// be ≥ 0, got -1."), developers get err.
+func invalidBody(err error) error {
+	why := strings.TrimPrefix(err.Error(), ErrInvalidBody.Error()+": ")
+	return &ratelimit.StatusError{Code: http.StatusBadRequest, Message: "The request body is invalid: " + why + ".", Err: err}
 }
 
 // wireBody is the JSON shape read. Polymorphic fields stay raw.

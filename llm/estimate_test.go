@@ -76,28 +76,41 @@ func (r failingReader) Read([]byte) (int, error) {
 
 func TestEstimateOpenAITokensErrors(t *testing.T) {
 	small := llm.WithMaxBodyBytes(16)
+	const misconfigured = "The server's rate limiter is misconfigured; this is not a problem with your request."
 	tests := []struct {
 		name   string
 		body   string
 		opts   []llm.EstimateOption
 		status int
 		msg    string
+		client string // what the client is told (ClientMessage)
 	}{
-		{"empty", ``, nil, 400, "ratelimit: invalid request body: the body is empty; expected a JSON object"},
-		{"not an object", `[1]`, nil, 400, "ratelimit: invalid request body: the body must be a JSON object"},
-		{"malformed", `{"messages":[`, nil, 400, "ratelimit: invalid request body: malformed JSON at byte 13: unexpected end of JSON input"},
-		{"negative cap", `{"max_tokens":-1}`, nil, 400, `ratelimit: invalid request body: "max_tokens" must be ≥ 0, got -1`},
-		{"string cap", `{"max_tokens":"10"}`, nil, 400, `ratelimit: invalid request body: "max_tokens" must be an integer, not a JSON string`},
-		{"fractional cap", `{"max_completion_tokens":1.5}`, nil, 400, `ratelimit: invalid request body: "max_completion_tokens" must be an integer, not a JSON number 1.5`},
-		{"zero n", `{"n":0}`, nil, 400, `ratelimit: invalid request body: "n" must be ≥ 1, got 0`},
-		{"number content", `{"messages":[{"content":5}]}`, nil, 400, `ratelimit: invalid request body: "messages" must be a string, an array of content parts or null`},
-		{"object input", `{"input":{}}`, nil, 400, `ratelimit: invalid request body: "input" must be a string or an array`},
-		{"model not a string", `{"model":7}`, nil, 400, `ratelimit: invalid request body: "model" must be a string, not a JSON number`},
-		{"too large", `{"messages":[{"content":"0123456789"}]}`, []llm.EstimateOption{small}, 413, "ratelimit: the request body is larger than 16 bytes"},
+		{"empty", ``, nil, 400, "llm: invalid request body: the body is empty; expected a JSON object",
+			"The request body is invalid: the body is empty; expected a JSON object."},
+		{"not an object", `[1]`, nil, 400, "llm: invalid request body: the body must be a JSON object",
+			"The request body is invalid: the body must be a JSON object."},
+		{"malformed", `{"messages":[`, nil, 400, "llm: invalid request body: malformed JSON at byte 13: unexpected end of JSON input",
+			"The request body is invalid: malformed JSON at byte 13: unexpected end of JSON input."},
+		{"negative cap", `{"max_tokens":-1}`, nil, 400, `llm: invalid request body: "max_tokens" must be ≥ 0, got -1`,
+			`The request body is invalid: "max_tokens" must be ≥ 0, got -1.`},
+		{"string cap", `{"max_tokens":"10"}`, nil, 400, `llm: invalid request body: "max_tokens" must be an integer, not a JSON string`,
+			`The request body is invalid: "max_tokens" must be an integer, not a JSON string.`},
+		{"fractional cap", `{"max_completion_tokens":1.5}`, nil, 400, `llm: invalid request body: "max_completion_tokens" must be an integer, not a JSON number 1.5`,
+			`The request body is invalid: "max_completion_tokens" must be an integer, not a JSON number 1.5.`},
+		{"zero n", `{"n":0}`, nil, 400, `llm: invalid request body: "n" must be ≥ 1, got 0`,
+			`The request body is invalid: "n" must be ≥ 1, got 0.`},
+		{"number content", `{"messages":[{"content":5}]}`, nil, 400, `llm: invalid request body: "messages" must be a string, an array of content parts or null`,
+			`The request body is invalid: "messages" must be a string, an array of content parts or null.`},
+		{"object input", `{"input":{}}`, nil, 400, `llm: invalid request body: "input" must be a string or an array`,
+			`The request body is invalid: "input" must be a string or an array.`},
+		{"model not a string", `{"model":7}`, nil, 400, `llm: invalid request body: "model" must be a string, not a JSON number`,
+			`The request body is invalid: "model" must be a string, not a JSON number.`},
+		{"too large", `{"messages":[{"content":"0123456789"}]}`, []llm.EstimateOption{small}, 413, "llm: the request body is larger than 16 bytes",
+			"The request body is larger than 16 bytes; send a smaller one."},
 		{"invalid option", `{}`, []llm.EstimateOption{llm.WithMaxBodyBytes(0)}, 500,
-			"ratelimit: invalid configuration: EstimateOpenAITokens: WithMaxBodyBytes(0): must be ≥ 1"},
+			"ratelimit: invalid configuration: EstimateOpenAITokens: WithMaxBodyBytes(0): must be ≥ 1", misconfigured},
 		{"nil tokenizer", `{}`, []llm.EstimateOption{llm.WithTokenizer(nil)}, 500,
-			"ratelimit: invalid configuration: EstimateOpenAITokens: WithTokenizer(nil)"},
+			"ratelimit: invalid configuration: EstimateOpenAITokens: WithTokenizer(nil)", misconfigured},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,6 +119,7 @@ func TestEstimateOpenAITokensErrors(t *testing.T) {
 			require.ErrorAs(t, err, &se)
 			assert.Equal(t, tt.status, se.StatusCode())
 			assert.Equal(t, tt.msg, err.Error())
+			assert.Equal(t, tt.client, se.ClientMessage())
 			if tt.status == 400 {
 				assert.ErrorIs(t, err, llm.ErrInvalidBody)
 			}
@@ -172,7 +186,7 @@ func TestMalformedBodyChargesNothing(t *testing.T) {
 	w := serve(lim.Handler(okHandler), bodyRequest(`{"messages":[{"content":"hi"}],"max_tokens":"lots"}`))
 	require.Equal(t, http.StatusBadRequest, w.Code)
 	assert.Equal(t, `{"type":"about:blank","title":"Bad Request","status":400,`+
-		`"detail":"ratelimit: invalid request body: \"max_tokens\" must be an integer, not a JSON string"}`+"\n", w.Body.String())
+		`"detail":"The request body is invalid: \"max_tokens\" must be an integer, not a JSON string."}`+"\n", w.Body.String())
 	assert.Equal(t, 0, store.takes, "the store was never asked")
 	assert.Equal(t, ratelimit.Stats{CostErrors: 1}, lim.Stats())
 

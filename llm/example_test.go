@@ -15,7 +15,7 @@ import (
 	"github.com/rampmeter/ratelimit/store/memory"
 )
 
-// Example is the README's "AI APIs" example (TestREADMEExample, in the
+// Example is the README's "AI APIs" example (TestREADMEPrograms, in the
 // root package, keeps the two identical): plans, token estimates from the request body,
 // reserve-then-settle, OpenAI-compatible headers and errors, 403 for a
 // spent daily quota.

@@ -57,7 +57,7 @@ func newLimiter(t testing.TB, opts ...ratelimit.Option) (*ratelimit.Limiter, *co
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	store := &countingStore{Store: s}
-	lim, err := ratelimit.New(store, append([]ratelimit.Option{ratelimit.WithStoreTimeout(time.Minute)}, opts...)...)
+	lim, err := ratelimit.New(store, append([]ratelimit.Option{ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithStoreTimeout(time.Minute)}, opts...)...)
 	require.NoError(t, err)
 	return lim, store
 }

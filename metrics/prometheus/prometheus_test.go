@@ -118,7 +118,7 @@ func TestScriptedSequence(t *testing.T) {
 
 	// 9. A request without a key under WithSkipOnKeyError: a bypass
 	// without a store call.
-	skip, err := ratelimit.New(mem, limits, ratelimit.WithSkipOnKeyError(), ratelimit.WithHooks(m.Hooks()))
+	skip, err := ratelimit.New(mem, limits, ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithSkipOnKeyError(), ratelimit.WithHooks(m.Hooks()))
 	require.NoError(t, err)
 	skip.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})).
 		ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))

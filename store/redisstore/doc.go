@@ -8,6 +8,8 @@
 //		ContextTimeoutEnabled: true, // required: the caller's deadline ends a call (see below)
 //	})
 //	store, err := redisstore.New(client, redisstore.WithKeySecret(secret))
+//	// ...
+//	err = store.Ping(ctx) // before serving: the script runs, writes are accepted, the clock reads
 //
 // # One round trip
 //

@@ -47,12 +47,12 @@ func checkShard(t *testing.T, sh *shard) {
 	}
 }
 
-// TestReviewShardInvariantsUnderEviction runs random stacks over many keys
+// TestShardInvariantsUnderEviction runs random stacks over many keys
 // and limits (up to 12 limits on one key) through shards of 1 to 5
 // entries, so that nearly every insert sweeps or evicts, while the clock
 // jumps forward and back; after every call each shard's structure must be
 // intact.
-func TestReviewShardInvariantsUnderEviction(t *testing.T) {
+func TestShardInvariantsUnderEviction(t *testing.T) {
 	algs := []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.GCRA, ratelimit.FixedWindow,
 		ratelimit.SlidingWindow, ratelimit.SlidingLog, ratelimit.LeakyBucket}
 	var limits []ratelimit.Limit

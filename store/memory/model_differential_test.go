@@ -48,13 +48,13 @@ func (m reviewModel) do(reqs []ratelimit.Request, now int64, take bool) []rateli
 	return out
 }
 
-// TestReviewDifferentialLongStacks drives one shard (every key shares it,
+// TestDecisionsMatchModelOnLongStacks drives one shard (every key shares it,
 // and its sweeps and free list) with random stacks of 1 to 40 requests
 // (the inline, the quadratic-dedup and the map-dedup paths), duplicates,
 // every algorithm, Takes and Adjusts with At, and a clock that jumps
 // forward past expiries (sweeps every 60s), and checks every Decision
 // against the plain model.
-func TestReviewDifferentialLongStacks(t *testing.T) {
+func TestDecisionsMatchModelOnLongStacks(t *testing.T) {
 	algs := []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.GCRA,
 		ratelimit.FixedWindow, ratelimit.SlidingWindow, ratelimit.SlidingLog}
 	var limits []ratelimit.Limit
