@@ -79,8 +79,11 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 		return none
 	}
 	for i != none {
+		// The entries of a chain almost always share their key and differ
+		// in their limit: compare the IDs first, usually the very same
+		// string.
 		n := &sh.names[i]
-		if n.key == key && n.limit == limitID {
+		if sameString(n.limit, limitID) && n.key == key {
 			return i
 		}
 		i = n.next
@@ -88,12 +91,14 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 	return none
 }
 
-// get returns the slot of the live entry of key (hashing to h) under l and
-// loads its state into *st, or returns none and leaves *st alone if there
-// is none. An expired entry is deleted: it is equivalent to absence. The
-// shard must be locked.
-func (sh *shard) get(h uint64, key string, l *ratelimit.Limit, now int64, st *ratelimit.State) int32 {
-	i := sh.find(h, key, l.ID())
+// get returns the slot of the live entry of key (hashing to h) under l,
+// whose ID is id, and loads its state into *st, or returns none and leaves
+// *st alone if there is none. An expired entry is deleted: it is
+// equivalent to absence. The shard must be locked. (The caller reads
+// l.ID() once per request: Limit's accessors have value receivers, so each
+// call through a *Limit copies the whole Limit.)
+func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st *ratelimit.State) int32 {
+	i := sh.find(h, key, id)
 	if i == none {
 		return none
 	}
@@ -110,16 +115,27 @@ func (sh *shard) get(h uint64, key string, l *ratelimit.Limit, now int64, st *ra
 func (sh *shard) load(slot int32, l *ratelimit.Limit, st *ratelimit.State) {
 	e := &sh.slab[slot]
 	st.Level, st.Updated, st.Prev = e.level, e.updated, e.prev
-	if l.Algorithm() == ratelimit.SlidingLog {
+	// Only SlidingLog entries have logs: a shard without any needs no
+	// look at the algorithm.
+	if len(sh.logs) != 0 && l.Algorithm() == ratelimit.SlidingLog {
 		st.Log = sh.logs[slot]
 	}
 }
 
-// put stores st for key (hashing to h) under l, or deletes the entry if st
-// has already expired. slot is get's answer in this critical section;
+// put stores st for key (hashing to h) under the limit whose ID is id, or
+// deletes the entry if st has already expired. slot is get's answer in this critical section;
 // protect lists the requests whose entries eviction must spare. The shard
 // must be locked.
-func (sh *shard) put(h uint64, key string, l *ratelimit.Limit, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
+func (sh *shard) put(h uint64, key, id string, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
+	if slot != none && expires > now && st.Log == nil && len(sh.logs) == 0 {
+		// An existing entry without a log: the common case, inlined.
+		sh.slab[slot] = entry{st.Level, st.Updated, st.Prev, expires}
+		return
+	}
+	sh.putSlow(h, key, id, slot, st, expires, now, protect)
+}
+
+func (sh *shard) putSlow(h uint64, key, id string, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
 	if expires <= now {
 		if slot != none {
 			sh.remove(h, slot)
@@ -127,7 +143,7 @@ func (sh *shard) put(h uint64, key string, l *ratelimit.Limit, slot int32, st *r
 		return
 	}
 	if slot == none {
-		if slot = sh.insert(h, key, l.ID(), now, protect); slot == none {
+		if slot = sh.insert(h, key, id, now, protect); slot == none {
 			return
 		}
 	}
