@@ -54,7 +54,6 @@ func New(opts ...Option) (*Store, error) {
 		if i < c.maxKeys%n {
 			s.shards[i].max++
 		}
-		s.shards[i].index = make(map[uint64]int32)
 		s.shards[i].seed = s.seed
 	}
 	return s, nil

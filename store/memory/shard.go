@@ -49,9 +49,9 @@ type shardData struct {
 	// index maps the hash of a key to the first slot of the chain of
 	// entries whose keys have that hash: the key's entries under each of
 	// its limits, and, very rarely, those of another key with the same
-	// 64-bit hash. A uint64 key hashes and compares faster than the
-	// strings it stands for, and takes a quarter of the space.
-	index map[uint64]int32
+	// 64-bit hash. A uint64 hashes and compares faster than the strings
+	// it stands for, and takes a quarter of the space.
+	index index
 	// slab and names are indexed by slot: the state numbers (no
 	// pointers) and who they belong to. A decision on an existing entry
 	// hashes its key once and updates its slot in place.
@@ -74,11 +74,7 @@ type shard struct {
 // find returns the slot of (key, limitID), whose key hashes to h, or none.
 // The shard must be locked.
 func (sh *shard) find(h uint64, key, limitID string) int32 {
-	i, ok := sh.index[h]
-	if !ok {
-		return none
-	}
-	for i != none {
+	for i := sh.index.get(h); i != none; {
 		// The entries of a chain almost always share their key and differ
 		// in their limit: compare the IDs first, usually the very same
 		// string.
@@ -183,14 +179,11 @@ func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []rate
 		sh.slab = append(sh.slab, entry{})
 		sh.names = append(sh.names, name{})
 	}
-	next, ok := sh.index[h]
-	if !ok {
-		next = none
-	}
+	next := sh.index.get(h)
 	// Copy the key so the entry does not pin a larger string the caller's
 	// key may be a slice of (a header, a request line).
 	sh.names[slot] = name{key: strings.Clone(key), limit: limitID, next: next}
-	sh.index[h] = slot
+	sh.index.set(h, slot)
 	sh.live++
 	return slot
 }
@@ -198,11 +191,11 @@ func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []rate
 // remove deletes the entry in slot, whose key hashes to h.
 func (sh *shard) remove(h uint64, slot int32) {
 	next := sh.names[slot].next
-	if head := sh.index[h]; head == slot {
+	if head := sh.index.get(h); head == slot {
 		if next == none {
-			delete(sh.index, h)
+			sh.index.del(h)
 		} else {
-			sh.index[h] = next
+			sh.index.set(h, next)
 		}
 	} else {
 		for sh.names[head].next != slot {

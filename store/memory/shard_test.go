@@ -13,7 +13,6 @@ import (
 
 func newTestShard(maxEntries int) *shard {
 	sh := &shard{}
-	sh.index = make(map[uint64]int32)
 	sh.max = maxEntries
 	sh.seed = maphash.MakeSeed()
 	return sh
@@ -47,7 +46,7 @@ func TestChainsOfCollidingKeys(t *testing.T) {
 		sh.put(h, e.key, e.l.ID(), none, &ratelimit.State{Level: int64(i + 1)}, exp, now, nil)
 	}
 	require.Equal(t, 4, sh.live)
-	require.Len(t, sh.index, 1)
+	require.Equal(t, 1, sh.index.len())
 	for i, e := range ents {
 		assert.Equal(t, int64(i+1), sh.level(h, e.key, e.l, now), "%s/%s", e.key, e.l.Name())
 	}
@@ -66,7 +65,7 @@ func TestChainsOfCollidingKeys(t *testing.T) {
 	}
 	require.Equal(t, 1, sh.live)
 	sh.remove(h, sh.find(h, "x", b.ID()))
-	assert.Empty(t, sh.index)
+	assert.Zero(t, sh.index.len())
 	assert.Zero(t, sh.live)
 	assert.Len(t, sh.free, 4, "every slot is free for reuse")
 
