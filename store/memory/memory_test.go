@@ -505,3 +505,59 @@ func TestStress(t *testing.T) {
 	shardLensWithinCaps(t, s)
 	assert.LessOrEqual(t, s.Len(), maxKeys)
 }
+
+// The default clock is read before the shards are locked, so a call can
+// find that a racing call which read the clock after it has already
+// decided in its shard at a later time. It then decides at that later time,
+// so that one key's decisions never go backwards in time: here the race is
+// staged by moving a shard's latest time 10 s past the clock, for a single
+// request, a stack of two across two shards and a longer stack.
+func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
+	s, err := New(WithShards(64))
+	require.NoError(t, err)
+	l := ratelimit.PerSecond(1000)
+	shardOf := func(key string) *shard { return &s.shards[s.hash(key)&s.mask] }
+	// Two keys in different shards, and a third.
+	a, b, c := "a", "", ""
+	for i := 0; b == "" || c == ""; i++ {
+		k := fmt.Sprint("k", i)
+		switch {
+		case shardOf(k) == shardOf(a):
+		case b == "":
+			b = k
+		case shardOf(k) != shardOf(b):
+			c = k
+		}
+	}
+	ahead := func(key string) int64 {
+		sh := shardOf(key)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		sh.clock = s.monotonic() + 10_000_000
+		return sh.clock
+	}
+	latest := func(key string) int64 {
+		sh := shardOf(key)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.clock
+	}
+
+	at := ahead(a)
+	out := take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1})
+	assert.Equal(t, at, out[0].At, "one request decides at its shard's latest time")
+
+	at = ahead(b)
+	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1})
+	assert.Equal(t, at, out[0].At, "a stack of two decides at the latest time of its shards")
+	assert.Equal(t, at, out[1].At)
+	assert.Equal(t, at, latest(a), "which becomes the latest time of both")
+
+	at = ahead(c)
+	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1}, ratelimit.Request{Key: c, Limit: &l, Cost: 1})
+	for i := range out {
+		assert.Equal(t, at, out[i].At, "a longer stack too: request %d", i)
+	}
+	assert.Equal(t, at, latest(a))
+	assert.Equal(t, at, latest(b))
+}

@@ -64,6 +64,9 @@ type shardData struct {
 	seed  maphash.Seed      // the store's, to find a slot's chain from its key
 	// lastSweep is the store's clock at the last sweep, in µs.
 	lastSweep int64
+	// clock is the latest time decided in the shard by the default
+	// clock, in µs (see advance).
+	clock int64
 }
 
 type shard struct {
@@ -116,6 +119,18 @@ func (sh *shard) load(slot int32, l *ratelimit.Limit, st *ratelimit.State) {
 	if len(sh.logs) != 0 && l.Algorithm() == ratelimit.SlidingLog {
 		st.Log = sh.logs[slot]
 	}
+}
+
+// advance returns the time at which to decide in the shard given a reading
+// now of the default clock taken before the shard was locked: the later of
+// now and the latest time decided in the shard, which it becomes. The
+// shard must be locked.
+func (sh *shard) advance(now int64) int64 {
+	if now < sh.clock {
+		return sh.clock
+	}
+	sh.clock = now
+	return now
 }
 
 // put stores st for key (hashing to h) under the limit whose ID is id, or
