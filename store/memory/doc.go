@@ -14,12 +14,14 @@
 // the common stack of several limits on one key takes one lock. A call
 // reads the store's clock once, and the times of one key's decisions never
 // go backwards even when callers race (which would let GCRA, whose state
-// has no time of its own, decide differently from the token bucket): the
-// default clock is read just before locking, and a call decides at the
-// later of its reading and the latest time already decided in its shards,
-// which keeps the clock's ~25 ns out of the locks; WithClock's clock is
-// read with the locks held. Stacks of one and two requests, the common
-// ones, take paths of their own; longer stacks share one general path.
+// has no time of its own, decide differently from the token bucket): a
+// call decides at the later of its reading and the latest time already
+// decided in its shards. The default clock is read with the locks held
+// when they are free, and while waiting for a busy one otherwise, so that
+// a hot key's lock is not held across the clock's ~25 ns; WithClock's
+// clock is always read with the locks held. Stacks of one and two
+// requests, the common ones, take paths of their own; longer stacks share
+// one general path.
 //
 // # Calling it without allocating
 //

@@ -506,12 +506,13 @@ func TestStress(t *testing.T) {
 	assert.LessOrEqual(t, s.Len(), maxKeys)
 }
 
-// The default clock is read before the shards are locked, so a call can
-// find that a racing call which read the clock after it has already
-// decided in its shard at a later time. It then decides at that later time,
-// so that one key's decisions never go backwards in time: here the race is
-// staged by moving a shard's latest time 10 s past the clock, for a single
-// request, a stack of two across two shards and a longer stack.
+// A call that finds its shard's lock busy reads the default clock before
+// it gets the lock, so it can find that a racing call which read the clock
+// after it has already decided in the shard at a later time. It then
+// decides at that later time, so that one key's decisions never go
+// backwards in time: here the race is staged by moving a shard's latest
+// time past the clock, for a single request (with the lock free and
+// busy), a stack of two across two shards and a longer stack.
 func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
 	s, err := New(WithShards(64))
 	require.NoError(t, err)
@@ -529,11 +530,13 @@ func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
 			c = k
 		}
 	}
-	ahead := func(key string) int64 {
+	// ahead moves key's shard's latest time past the clock and past every
+	// time set before, by s0 seconds.
+	ahead := func(key string, s0 int64) int64 {
 		sh := shardOf(key)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		sh.clock = s.monotonic() + 10_000_000
+		sh.clock = s.monotonic() + s0*1_000_000
 		return sh.clock
 	}
 	latest := func(key string) int64 {
@@ -543,17 +546,31 @@ func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
 		return sh.clock
 	}
 
-	at := ahead(a)
+	at := ahead(a, 10)
 	out := take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1})
 	assert.Equal(t, at, out[0].At, "one request decides at its shard's latest time")
 
-	at = ahead(b)
+	// The same when the call reads the clock while the lock is busy (it
+	// does if it finds the lock taken; if it comes late, it reads the
+	// clock under the lock, and must decide at the shard's time all the
+	// same).
+	sh := shardOf(a)
+	sh.mu.Lock()
+	done := make(chan ratelimit.Decision)
+	go func() { done <- take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1})[0] }()
+	time.Sleep(10 * time.Millisecond)     // let it find the lock taken
+	sh.clock = s.monotonic() + 20_000_000 // past ahead(a, 10)
+	at = sh.clock
+	sh.mu.Unlock()
+	assert.Equal(t, at, (<-done).At, "a request that waited for the lock")
+
+	at = ahead(b, 30)
 	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1})
 	assert.Equal(t, at, out[0].At, "a stack of two decides at the latest time of its shards")
 	assert.Equal(t, at, out[1].At)
 	assert.Equal(t, at, latest(a), "which becomes the latest time of both")
 
-	at = ahead(c)
+	at = ahead(c, 40)
 	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1}, ratelimit.Request{Key: c, Limit: &l, Cost: 1})
 	for i := range out {
 		assert.Equal(t, at, out[i].At, "a longer stack too: request %d", i)
