@@ -557,12 +557,19 @@ func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
 	sh := shardOf(a)
 	sh.mu.Lock()
 	done := make(chan ratelimit.Decision)
-	go func() { done <- take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1})[0] }()
+	var err2 error
+	go func() {
+		out := make([]ratelimit.Decision, 1)
+		err2 = s.Take(context.Background(), []ratelimit.Request{{Key: a, Limit: &l, Cost: 1}}, out)
+		done <- out[0]
+	}()
 	time.Sleep(10 * time.Millisecond)     // let it find the lock taken
 	sh.clock = s.monotonic() + 20_000_000 // past ahead(a, 10)
 	at = sh.clock
 	sh.mu.Unlock()
-	assert.Equal(t, at, (<-done).At, "a request that waited for the lock")
+	d := <-done
+	require.NoError(t, err2)
+	assert.Equal(t, at, d.At, "a request that waited for the lock")
 
 	at = ahead(b, 30)
 	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1})
