@@ -161,8 +161,10 @@ func (s *Store) lock(locked []uint32) int64 {
 	for _, idx := range locked {
 		now = s.shards[idx].advance(now)
 	}
-	for _, idx := range locked {
-		s.shards[idx].advance(now) // the latest of them all
+	if len(locked) > 1 {
+		for _, idx := range locked {
+			s.shards[idx].advance(now) // the latest of them all
+		}
 	}
 	return now
 }
@@ -320,14 +322,23 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 	shA, shB := &s.shards[iA], &s.shards[iB]
 	now := s.lock(locked[:n])
 
+	dA, dB := &out[0], &out[1]
 	var stA, stB ratelimit.State
 	slotA := shA.get(hA, a.Key, idA, a.Limit, now, &stA)
-	decide(a, &stA, now, take, &out[0])
+	if take {
+		*dA = a.Limit.TakeAt(&stA, now, a.Cost)
+	} else {
+		*dA = a.Limit.AdjustFrom(&stA, now, a.At, a.Cost)
+	}
 	slotB, wB := slotA, &stA
 	if !dup {
 		slotB, wB = shB.get(hB, b.Key, idB, b.Limit, now, &stB), &stB
 	}
-	decide(b, wB, now, take, &out[1])
+	if take {
+		*dB = b.Limit.TakeAt(wB, now, b.Cost)
+	} else {
+		*dB = b.Limit.AdjustFrom(wB, now, b.At, b.Cost)
+	}
 
 	if !take || out[0].Allowed && out[1].Allowed {
 		// The call's own entries are protected from eviction, as in many.
