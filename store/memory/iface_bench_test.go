@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rampmeter/ratelimit"
 )
@@ -156,5 +157,50 @@ func BenchmarkStore10kKeys(b *testing.B) {
 		if err := st.Take(ctx, reqs, out); err != nil || !out[0].Allowed {
 			b.Fatal("refused or failed", err)
 		}
+	}
+}
+
+// BenchmarkStoreParallel10kKeysRefilled is BenchmarkStoreParallel10kKeys
+// with a limit whose bucket refills between two visits of a key (one unit
+// per 60 µs, as the peer-comparison harness configures every limiter), so
+// every decision finds its entry expired and charges it again: the path
+// of most keys of a real API, idle between their requests.
+func BenchmarkStoreParallel10kKeysRefilled(b *testing.B) {
+	const nKeys = 10_000
+	s, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := ratelimit.Every(1_000_000_000, time.Minute).Named("requests")
+	keys := make([]string, nKeys)
+	out := make([]ratelimit.Decision, 1)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("api-key-%010d", i)
+		if err := s.Take(context.Background(), []ratelimit.Request{{Key: keys[i], Limit: &l, Cost: 1}}, out); err != nil || !out[0].Allowed {
+			b.Fatal("refused or failed", err)
+		}
+	}
+	st := asStore(s)
+	ctx := context.Background()
+	var next atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		reqs := []ratelimit.Request{{Limit: &l, Cost: 1}}
+		out := make([]ratelimit.Decision, 1)
+		i := int(next.Add(nKeys/8) % nKeys)
+		for pb.Next() {
+			reqs[0].Key = keys[i]
+			if i++; i == nKeys {
+				i = 0
+			}
+			if err := st.Take(ctx, reqs, out); err != nil || !out[0].Allowed {
+				b.Error("refused or failed", err)
+				return
+			}
+		}
+	})
+	if n := s.Len(); n > nKeys {
+		b.Fatalf("%d entries for %d keys", n, nKeys)
 	}
 }

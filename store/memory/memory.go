@@ -236,7 +236,7 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
 	}
 	id := l.ID()
 	var st ratelimit.State
-	slot := sh.get(h, r.Key, id, l, now, &st)
+	slot, stale := sh.get(h, r.Key, id, l, now, &st)
 	if take {
 		*d = l.TakeAt(&st, now, r.Cost)
 	} else {
@@ -244,6 +244,8 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
 	}
 	if d.Allowed && r.Cost != 0 {
 		sh.put(h, r.Key, id, slot, &st, l.ExpiresAt(&st), now, nil)
+	} else {
+		sh.drop(h, slot, stale)
 	}
 	sh.mu.Unlock()
 }
@@ -268,14 +270,16 @@ func decide(r *ratelimit.Request, st *ratelimit.State, now int64, take bool, d *
 // pending is the work of one request in a stack: id is its limit's ID,
 // hash its key's hash, and first the index of the first request of the
 // stack for the same entry (key, limit). In the first request's pending,
-// st is the entry's working state, slot its slot in its shard (or none),
-// and dirty reports whether some request of the stack charges it.
+// st is the entry's working state, slot its slot in its shard (or none)
+// and stale whether that slot holds an expired entry (see shard.get), and
+// dirty reports whether some request of the stack charges it.
 type pending struct {
 	st    ratelimit.State
 	id    string // the request's Limit.ID()
 	hash  uint64
 	first int32
 	slot  int32
+	stale bool
 	dirty bool
 }
 
@@ -324,15 +328,16 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 
 	dA, dB := &out[0], &out[1]
 	var stA, stB ratelimit.State
-	slotA := shA.get(hA, a.Key, idA, a.Limit, now, &stA)
+	slotA, staleA := shA.get(hA, a.Key, idA, a.Limit, now, &stA)
 	if take {
 		*dA = a.Limit.TakeAt(&stA, now, a.Cost)
 	} else {
 		*dA = a.Limit.AdjustFrom(&stA, now, a.At, a.Cost)
 	}
-	slotB, wB := slotA, &stA
+	slotB, staleB, wB := slotA, staleA, &stA
 	if !dup {
-		slotB, wB = shB.get(hB, b.Key, idB, b.Limit, now, &stB), &stB
+		slotB, staleB = shB.get(hB, b.Key, idB, b.Limit, now, &stB)
+		wB = &stB
 	}
 	if take {
 		*dB = b.Limit.TakeAt(wB, now, b.Cost)
@@ -340,31 +345,49 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 		*dB = b.Limit.AdjustFrom(wB, now, b.At, b.Cost)
 	}
 
-	if !take || out[0].Allowed && out[1].Allowed {
-		// The call's own entries are protected from eviction, as in many.
-		switch {
-		case dup:
-			if a.Cost != 0 || b.Cost != 0 {
-				shA.put(hA, a.Key, idA, slotA, &stA, a.Limit.ExpiresAt(&stA), now, reqs)
-			}
-		default:
-			if a.Cost != 0 {
-				shA.put(hA, a.Key, idA, slotA, &stA, a.Limit.ExpiresAt(&stA), now, reqs)
-			}
-			if b.Cost != 0 {
-				shB.put(hB, b.Key, idB, slotB, &stB, b.Limit.ExpiresAt(&stB), now, reqs)
-			}
+	switch {
+	case take && !(dA.Allowed && dB.Allowed):
+		// Nothing is charged: both decisions report the stored state
+		// (none for a stale entry), and stale entries are deleted.
+		peek(shA, live(slotA, staleA), a.Limit, now, dA)
+		peek(shB, live(slotB, staleB), b.Limit, now, dB)
+		shA.drop(hA, slotA, staleA)
+		if !dup {
+			shB.drop(hB, slotB, staleB)
 		}
-	} else {
-		// Nothing is charged: both decisions report the stored state.
-		peek(shA, slotA, a.Limit, now, &out[0])
-		peek(shB, slotB, b.Limit, now, &out[1])
+	case dup:
+		if a.Cost != 0 || b.Cost != 0 {
+			shA.put(hA, a.Key, idA, slotA, &stA, a.Limit.ExpiresAt(&stA), now, reqs)
+		} else {
+			shA.drop(hA, slotA, staleA)
+		}
+	default:
+		// The call's own entries are protected from eviction, as in many,
+		// and existing entries are stored before new ones are inserted:
+		// an insertion may sweep the shard, which would delete a stale
+		// entry of the call.
+		chA, chB := a.Cost != 0, b.Cost != 0
+		if slotB != none && slotA == none {
+			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, b.Limit, now, reqs)
+			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, a.Limit, now, reqs)
+		} else {
+			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, a.Limit, now, reqs)
+			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, b.Limit, now, reqs)
+		}
 	}
 
 	s.shards[locked[0]].mu.Unlock()
 	if n == 2 {
 		s.shards[locked[1]].mu.Unlock()
 	}
+}
+
+// live returns slot if it holds a live entry, or none if it is stale.
+func live(slot int32, stale bool) int32 {
+	if stale {
+		return none
+	}
+	return slot
 }
 
 // peek sets d's Remaining and Reset to those of the state stored in slot
@@ -424,7 +447,7 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bo
 		r := &reqs[i]
 		w := &p[p[i].first]
 		if w == &p[i] {
-			w.slot = s.shards[w.hash&s.mask].get(w.hash, r.Key, w.id, r.Limit, now, &w.st)
+			w.slot, w.stale = s.shards[w.hash&s.mask].get(w.hash, r.Key, w.id, r.Limit, now, &w.st)
 		}
 		d := &out[i]
 		decide(r, &w.st, now, take, d)
@@ -435,21 +458,31 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bo
 	}
 
 	if all {
-		for i := range reqs {
-			if w := &p[i]; w.first == int32(i) && w.dirty {
-				// The call's own entries are protected from eviction:
-				// an entry charged (or about to be) in this commit
-				// must not be lost by it.
-				r := &reqs[i]
-				s.shards[w.hash&s.mask].put(w.hash, r.Key, w.id, w.slot, &w.st, r.Limit.ExpiresAt(&w.st), now, reqs)
+		// The call's own entries are protected from eviction: an entry
+		// charged (or about to be) in this commit must not be lost by
+		// it. Existing entries (live or stale) are stored first and new
+		// ones inserted after: an insertion may sweep its shard, which
+		// would delete a stale entry of the call not yet stored.
+		for _, inserting := range [2]bool{false, true} {
+			for i := range reqs {
+				if w := &p[i]; w.first == int32(i) && (w.slot == none) == inserting {
+					r := &reqs[i]
+					s.shards[w.hash&s.mask].store(w.hash, r.Key, w.id, w.slot, w.stale, w.dirty, &w.st, r.Limit, now, reqs)
+				}
 			}
 		}
 	} else {
 		// Nothing is charged, so every decision reports the stored
 		// state: a peek at it (get found every live entry above, so
-		// none has expired since).
+		// none has expired since), and stale entries are deleted.
 		for i := range reqs {
-			peek(&s.shards[p[i].hash&s.mask], p[p[i].first].slot, reqs[i].Limit, now, &out[i])
+			w := &p[p[i].first]
+			peek(&s.shards[p[i].hash&s.mask], live(w.slot, w.stale), reqs[i].Limit, now, &out[i])
+		}
+		for i := range reqs {
+			if w := &p[i]; w.first == int32(i) {
+				s.shards[w.hash&s.mask].drop(w.hash, w.slot, w.stale)
+			}
 		}
 	}
 

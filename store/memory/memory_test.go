@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -584,4 +585,40 @@ func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
 	}
 	assert.Equal(t, at, latest(a))
 	assert.Equal(t, at, latest(b))
+}
+
+// A key whose entry has expired and is charged again gets its state back
+// in the entry's slot, as if the entry had been deleted and the key
+// inserted afresh, without the work: the same slot and the same copy of
+// the key, no sweep. Read without a charge, the expired entry is deleted
+// as before.
+func TestExpiredEntryChargedAgainInPlace(t *testing.T) {
+	s, c := newTestStore(t, WithShards(1))
+	l := ratelimit.PerSecond(10) // a cost of 1 expires after 100ms
+	req := ratelimit.Request{Key: "k", Limit: &l, Cost: 1}
+	take(t, s, req)
+	sh := &s.shards[0]
+	h := s.hash("k")
+	slot := sh.find(h, "k", l.ID())
+	require.NotEqual(t, int32(none), slot)
+	key := unsafe.StringData(sh.names[slot].key)
+
+	c.Add(time.Second) // expired
+	out := take(t, s, req)
+	// A fresh key: 10 units, one charged (first principles, as on a key
+	// never seen).
+	assert.True(t, out[0].Allowed)
+	assert.Equal(t, int64(9), out[0].Remaining)
+	assert.Equal(t, 100*time.Millisecond, out[0].Reset)
+	assert.Equal(t, slot, sh.find(h, "k", l.ID()), "the same slot")
+	assert.Same(t, key, unsafe.StringData(sh.names[slot].key), "the same copy of the key")
+	assert.Equal(t, 1, s.Len())
+	assert.Len(t, sh.slab, 1)
+	checkShard(t, sh)
+
+	c.Add(time.Second) // expired again; a peek deletes it
+	out = take(t, s, ratelimit.Request{Key: "k", Limit: &l, Cost: 0})
+	assert.Equal(t, int64(10), out[0].Remaining)
+	assert.Zero(t, s.Len())
+	checkShard(t, sh)
 }

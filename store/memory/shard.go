@@ -90,23 +90,48 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 	return none
 }
 
-// get returns the slot of the live entry of key (hashing to h) under l,
-// whose ID is id, and loads its state into *st, or returns none and leaves
-// *st alone if there is none. An expired entry is deleted: it is
-// equivalent to absence. The shard must be locked. (The caller reads
-// l.ID() once per request: Limit's accessors have value receivers, so each
-// call through a *Limit copies the whole Limit.)
-func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st *ratelimit.State) int32 {
+// get returns the slot of the entry of key (hashing to h) under l, whose
+// ID is id, and loads its state into *st, or returns none and leaves *st
+// alone if there is none. The caller reads l.ID() once per request:
+// Limit's accessors have value receivers, so each call through a *Limit
+// copies the whole Limit. The shard must be locked.
+//
+// An expired entry is equivalent to absence: get leaves *st alone for it
+// too, and returns its slot with stale true. The caller then either stores
+// the new state in that slot with put, which is what deleting the entry
+// and inserting the key afresh would leave, without the work or the copy
+// of the key (a key whose bucket refills between its requests, as most
+// keys' do, would otherwise be deleted and inserted again on every
+// request), or deletes it with drop, as a read of an expired entry does.
+func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st *ratelimit.State) (slot int32, stale bool) {
 	i := sh.find(h, key, id)
 	if i == none {
-		return none
+		return none, false
 	}
 	if sh.slab[i].expires <= now {
-		sh.remove(h, i)
-		return none
+		return i, true
 	}
 	sh.load(i, l, st)
-	return i
+	return i, false
+}
+
+// store commits one entry of an admitted call: the state st under l if the
+// call charged it, otherwise nothing, and the deletion of the entry if get
+// found it stale. The shard must be locked.
+func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool, st *ratelimit.State, l *ratelimit.Limit, now int64, protect []ratelimit.Request) {
+	if charged {
+		sh.put(h, key, id, slot, st, l.ExpiresAt(st), now, protect)
+	} else {
+		sh.drop(h, slot, stale)
+	}
+}
+
+// drop deletes the entry in slot, whose key hashes to h, if get found it
+// expired (stale). The shard must be locked.
+func (sh *shard) drop(h uint64, slot int32, stale bool) {
+	if stale {
+		sh.remove(h, slot)
+	}
 }
 
 // load reads the state stored in slot, an entry under l, into *st. The
@@ -134,9 +159,10 @@ func (sh *shard) advance(now int64) int64 {
 }
 
 // put stores st for key (hashing to h) under the limit whose ID is id, or
-// deletes the entry if st has already expired. slot is get's answer in this critical section;
-// protect lists the requests whose entries eviction must spare. The shard
-// must be locked.
+// deletes the entry if st has already expired. slot is get's answer in
+// this critical section (a live or a stale entry, or none); protect lists
+// the requests whose entries eviction must spare. The shard must be
+// locked.
 func (sh *shard) put(h uint64, key, id string, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
 	if slot != none && expires > now && st.Log == nil && len(sh.logs) == 0 {
 		// An existing entry without a log: the common case, inlined.

@@ -21,7 +21,7 @@ func newTestShard(maxEntries int) *shard {
 // level reads the stored level of (key, l), or -1 if there is no live entry.
 func (sh *shard) level(h uint64, key string, l *ratelimit.Limit, now int64) int64 {
 	var st ratelimit.State
-	if sh.get(h, key, l.ID(), l, now, &st) == none {
+	if slot, stale := sh.get(h, key, l.ID(), l, now, &st); slot == none || stale {
 		return -1
 	}
 	return st.Level
@@ -120,7 +120,8 @@ func TestSlidingLogStorage(t *testing.T) {
 	st := ratelimit.State{Log: []int64{10, 20}}
 	sh.put(h, "k", l.ID(), none, &st, 100, 0, nil)
 	var got ratelimit.State
-	slot := sh.get(h, "k", l.ID(), &l, 50, &got)
+	slot, stale := sh.get(h, "k", l.ID(), &l, 50, &got)
+	require.False(t, stale)
 	require.NotEqual(t, int32(none), slot)
 	assert.Equal(t, []int64{10, 20}, got.Log)
 	sh.remove(h, slot)
