@@ -61,7 +61,11 @@
 //
 // An entry is one (key, limit) pair. It expires when its bucket is full
 // again (its Reset has elapsed); an expired entry behaves exactly like an
-// absent one and is deleted when next read. There is no background
+// absent one and is deleted when next read, unless that read charges it:
+// then the new state takes the expired one's place, which is what deleting
+// it and inserting the key afresh would leave, without the work (most
+// keys of an API are idle long enough between requests to expire each
+// time, and pay for no insertion this way). There is no background
 // goroutine: inserting a new entry into a shard sweeps that shard (deletes
 // its expired entries) when it was last swept more than a minute ago by the
 // store's clock, or when the shard is full and was last swept more than a
