@@ -12,17 +12,60 @@
 // deadlock), evaluates all its requests, and commits either all charges or
 // none. The state of one key under all its limits lives in one shard, so
 // the common stack of several limits on one key takes one lock. A call
-// reads the store's clock once, with its locks held, so the times of one
-// key's decisions never go backwards even when callers race (which would
-// let GCRA, whose state has no time of its own, decide differently from
-// the token bucket). A decision on an existing key allocates nothing for
-// stacks of up to 8 requests.
+// reads the store's clock once, and the times of one key's decisions never
+// go backwards even when callers race (which would let GCRA, whose state
+// has no time of its own, decide differently from the token bucket): a
+// call decides at the later of its reading and the latest time already
+// decided in its shards. The default clock is read with the locks held
+// when they are free, and while waiting for a busy one otherwise, so that
+// a hot key's lock is not held across the clock's ~25 ns; WithClock's
+// clock is always read with the locks held. Stacks of one and two
+// requests, the common ones, take paths of their own; longer stacks share
+// one general path.
+//
+// # Calling it without allocating
+//
+// A decision on existing entries allocates nothing in the store for stacks
+// of up to 8 requests (a new entry allocates the copy of its key; a longer
+// stack allocates its scratch space). The caller's slices are another
+// matter. Slices passed to a method of the ratelimit.Store interface escape
+// to the heap, because the compiler cannot know which implementation will
+// receive them: a caller that builds reqs and out for every call, as a
+// composite literal or by slicing an array on its stack, pays one
+// allocation for each, on every call. Make them once and reuse them, one
+// pair per goroutine (a Take reads reqs and writes out only during the
+// call, and keeps neither):
+//
+//	type worker struct {
+//		store ratelimit.Store
+//		reqs  []ratelimit.Request  // make([]ratelimit.Request, 1), once
+//		out   []ratelimit.Decision // make([]ratelimit.Decision, 1), once
+//	}
+//
+//	func (w *worker) allow(ctx context.Context, key string, l *ratelimit.Limit) (bool, error) {
+//		w.reqs[0] = ratelimit.Request{Key: key, Limit: l, Cost: 1}
+//		if err := w.store.Take(ctx, w.reqs, w.out); err != nil {
+//			return false, err
+//		}
+//		return w.out[0].Allowed, nil
+//	}
+//
+// The Store* benchmarks call the store this way (BenchmarkStoreHotKey,
+// BenchmarkStoreParallel10kKeys, BenchmarkStoreStack2, ...), at 0
+// allocations per decision. A caller that holds a *Store, not the
+// interface, may also slice arrays on its own stack: the methods of *Store
+// keep neither slice, and the compiler can see it
+// (BenchmarkTakeHotKeyStackArrays).
 //
 // # Memory, expiry and sweeping
 //
 // An entry is one (key, limit) pair. It expires when its bucket is full
 // again (its Reset has elapsed); an expired entry behaves exactly like an
-// absent one and is deleted when next read. There is no background
+// absent one and is deleted when next read, unless that read charges it:
+// then the new state takes the expired one's place, which is what deleting
+// it and inserting the key afresh would leave, without the work (most
+// keys of an API are idle long enough between requests to expire each
+// time, and pay for no insertion this way). There is no background
 // goroutine: inserting a new entry into a shard sweeps that shard (deletes
 // its expired entries) when it was last swept more than a minute ago by the
 // store's clock, or when the shard is full and was last swept more than a
@@ -57,7 +100,7 @@
 //
 // Eviction is a safety valve, not a working mode: size MaxKeys above the
 // number of (key, limit) pairs active within the longest Reset of your
-// limits. An entry takes about 145 bytes with short keys (see
+// limits. An entry takes about 140 bytes with short keys (see
 // BenchmarkMemoryPerKey), so the default cap bounds the store near 150 MB.
 // Memory stays at its high-water mark: the space of deleted entries is
 // reused for new ones, not returned.

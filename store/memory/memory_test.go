@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -504,4 +505,120 @@ func TestStress(t *testing.T) {
 	wg.Wait()
 	shardLensWithinCaps(t, s)
 	assert.LessOrEqual(t, s.Len(), maxKeys)
+}
+
+// A call that finds its shard's lock busy reads the default clock before
+// it gets the lock, so it can find that a racing call which read the clock
+// after it has already decided in the shard at a later time. It then
+// decides at that later time, so that one key's decisions never go
+// backwards in time: here the race is staged by moving a shard's latest
+// time past the clock, for a single request (with the lock free and
+// busy), a stack of two across two shards and a longer stack.
+func TestDefaultClockNeverGoesBackInAShard(t *testing.T) {
+	s, err := New(WithShards(64))
+	require.NoError(t, err)
+	l := ratelimit.PerSecond(1000)
+	shardOf := func(key string) *shard { return &s.shards[s.hash(key)&s.mask] }
+	// Two keys in different shards, and a third.
+	a, b, c := "a", "", ""
+	for i := 0; b == "" || c == ""; i++ {
+		k := fmt.Sprint("k", i)
+		switch {
+		case shardOf(k) == shardOf(a):
+		case b == "":
+			b = k
+		case shardOf(k) != shardOf(b):
+			c = k
+		}
+	}
+	// ahead moves key's shard's latest time past the clock and past every
+	// time set before, by s0 seconds.
+	ahead := func(key string, s0 int64) int64 {
+		sh := shardOf(key)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		sh.clock = s.monotonic() + s0*1_000_000
+		return sh.clock
+	}
+	latest := func(key string) int64 {
+		sh := shardOf(key)
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return sh.clock
+	}
+
+	at := ahead(a, 10)
+	out := take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1})
+	assert.Equal(t, at, out[0].At, "one request decides at its shard's latest time")
+
+	// The same when the call reads the clock while the lock is busy (it
+	// does if it finds the lock taken; if it comes late, it reads the
+	// clock under the lock, and must decide at the shard's time all the
+	// same).
+	sh := shardOf(a)
+	sh.mu.Lock()
+	done := make(chan ratelimit.Decision)
+	var err2 error
+	go func() {
+		out := make([]ratelimit.Decision, 1)
+		err2 = s.Take(context.Background(), []ratelimit.Request{{Key: a, Limit: &l, Cost: 1}}, out)
+		done <- out[0]
+	}()
+	time.Sleep(10 * time.Millisecond)     // let it find the lock taken
+	sh.clock = s.monotonic() + 20_000_000 // past ahead(a, 10)
+	at = sh.clock
+	sh.mu.Unlock()
+	d := <-done
+	require.NoError(t, err2)
+	assert.Equal(t, at, d.At, "a request that waited for the lock")
+
+	at = ahead(b, 30)
+	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1})
+	assert.Equal(t, at, out[0].At, "a stack of two decides at the latest time of its shards")
+	assert.Equal(t, at, out[1].At)
+	assert.Equal(t, at, latest(a), "which becomes the latest time of both")
+
+	at = ahead(c, 40)
+	out = take(t, s, ratelimit.Request{Key: a, Limit: &l, Cost: 1}, ratelimit.Request{Key: b, Limit: &l, Cost: 1}, ratelimit.Request{Key: c, Limit: &l, Cost: 1})
+	for i := range out {
+		assert.Equal(t, at, out[i].At, "a longer stack too: request %d", i)
+	}
+	assert.Equal(t, at, latest(a))
+	assert.Equal(t, at, latest(b))
+}
+
+// A key whose entry has expired and is charged again gets its state back
+// in the entry's slot, as if the entry had been deleted and the key
+// inserted afresh, without the work: the same slot and the same copy of
+// the key, no sweep. Read without a charge, the expired entry is deleted
+// as before.
+func TestExpiredEntryChargedAgainInPlace(t *testing.T) {
+	s, c := newTestStore(t, WithShards(1))
+	l := ratelimit.PerSecond(10) // a cost of 1 expires after 100ms
+	req := ratelimit.Request{Key: "k", Limit: &l, Cost: 1}
+	take(t, s, req)
+	sh := &s.shards[0]
+	h := s.hash("k")
+	slot := sh.find(h, "k", l.ID())
+	require.NotEqual(t, int32(none), slot)
+	key := unsafe.StringData(sh.names[slot].key)
+
+	c.Add(time.Second) // expired
+	out := take(t, s, req)
+	// A fresh key: 10 units, one charged (first principles, as on a key
+	// never seen).
+	assert.True(t, out[0].Allowed)
+	assert.Equal(t, int64(9), out[0].Remaining)
+	assert.Equal(t, 100*time.Millisecond, out[0].Reset)
+	assert.Equal(t, slot, sh.find(h, "k", l.ID()), "the same slot")
+	assert.Same(t, key, unsafe.StringData(sh.names[slot].key), "the same copy of the key")
+	assert.Equal(t, 1, s.Len())
+	assert.Len(t, sh.slab, 1)
+	checkShard(t, sh)
+
+	c.Add(time.Second) // expired again; a peek deletes it
+	out = take(t, s, ratelimit.Request{Key: "k", Limit: &l, Cost: 0})
+	assert.Equal(t, int64(10), out[0].Remaining)
+	assert.Zero(t, s.Len())
+	checkShard(t, sh)
 }

@@ -28,14 +28,29 @@ type config struct {
 	shards  int
 }
 
-// WithClock sets the clock the store decides by. Tests pass a fake clock;
-// the clock may move backwards, which creates no capacity. now must not be
-// nil and must be safe for concurrent use. The store calls it with shard
-// locks held, so it must return promptly and must not call the store (a
-// panic in it unlocks them before it propagates). The default is time.Now
-// read once, at New, and advanced by the monotonic clock: it is cheaper
-// than calling time.Now, and steps of the wall clock neither refill nor
-// freeze buckets.
+// WithClock sets the clock the store decides by: any clock, for example a
+// fake one in tests, or time.Now to follow the wall clock exactly. The
+// clock may move backwards, which creates no capacity. now must not be nil
+// and must be safe for concurrent use. The store calls it once per call,
+// with shard locks held, so it must return promptly and must not call the
+// store (a panic in it unlocks them before it propagates).
+//
+// The default clock is monotonic: the wall time read once, at New, plus
+// the time elapsed since by Go's monotonic clock. It costs one clock read
+// per call instead of time.Now's two (about 25 ns instead of 50 on a
+// virtual machine with a TSC clock source), and it never steps: setting
+// the wall clock (an operator, an NTP step) neither refills nor freezes
+// buckets. The price is drift from the wall clock: the default clock is
+// off by every step the wall clock has taken since New, and, where the
+// monotonic clock stops while the machine is suspended (Linux's
+// CLOCK_MONOTONIC does), behind by the time spent suspended (buckets do
+// not refill during a suspension). NTP's frequency corrections (slewing)
+// apply to both clocks alike. The drift shows wherever the store's time
+// is read against the wall clock: Decision.At, absolute reset times in
+// response headers, and the boundaries of windows aligned to the Unix
+// epoch, which fall on multiples of Period by the store's clock. The
+// decisions are as exact as ever on the store's own timeline. Pass
+// WithClock(time.Now) where those times must follow the wall clock.
 func WithClock(now func() time.Time) Option {
 	return func(c *config) error {
 		if now == nil {

@@ -49,9 +49,9 @@ type shardData struct {
 	// index maps the hash of a key to the first slot of the chain of
 	// entries whose keys have that hash: the key's entries under each of
 	// its limits, and, very rarely, those of another key with the same
-	// 64-bit hash. A uint64 key hashes and compares faster than the
-	// strings it stands for, and takes a quarter of the space.
-	index map[uint64]int32
+	// 64-bit hash. A uint64 hashes and compares faster than the strings
+	// it stands for, and takes a quarter of the space.
+	index index
 	// slab and names are indexed by slot: the state numbers (no
 	// pointers) and who they belong to. A decision on an existing entry
 	// hashes its key once and updates its slot in place.
@@ -64,6 +64,9 @@ type shardData struct {
 	seed  maphash.Seed      // the store's, to find a slot's chain from its key
 	// lastSweep is the store's clock at the last sweep, in µs.
 	lastSweep int64
+	// clock is the latest time decided in the shard by the default
+	// clock, in µs (see advance).
+	clock int64
 }
 
 type shard struct {
@@ -74,13 +77,12 @@ type shard struct {
 // find returns the slot of (key, limitID), whose key hashes to h, or none.
 // The shard must be locked.
 func (sh *shard) find(h uint64, key, limitID string) int32 {
-	i, ok := sh.index[h]
-	if !ok {
-		return none
-	}
-	for i != none {
+	for i := sh.index.get(h); i != none; {
+		// The entries of a chain almost always share their key and differ
+		// in their limit: compare the IDs first, usually the very same
+		// string.
 		n := &sh.names[i]
-		if n.key == key && n.limit == limitID {
+		if sameString(n.limit, limitID) && n.key == key {
 			return i
 		}
 		i = n.next
@@ -88,21 +90,48 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 	return none
 }
 
-// get returns the slot of the live entry of key (hashing to h) under l and
-// loads its state into *st, or returns none and leaves *st alone if there
-// is none. An expired entry is deleted: it is equivalent to absence. The
-// shard must be locked.
-func (sh *shard) get(h uint64, key string, l *ratelimit.Limit, now int64, st *ratelimit.State) int32 {
-	i := sh.find(h, key, l.ID())
+// get returns the slot of the entry of key (hashing to h) under l, whose
+// ID is id, and loads its state into *st, or returns none and leaves *st
+// alone if there is none. The caller reads l.ID() once per request:
+// Limit's accessors have value receivers, so each call through a *Limit
+// copies the whole Limit. The shard must be locked.
+//
+// An expired entry is equivalent to absence: get leaves *st alone for it
+// too, and returns its slot with stale true. The caller then either stores
+// the new state in that slot with put, which is what deleting the entry
+// and inserting the key afresh would leave, without the work or the copy
+// of the key (a key whose bucket refills between its requests, as most
+// keys' do, would otherwise be deleted and inserted again on every
+// request), or deletes it with drop, as a read of an expired entry does.
+func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st *ratelimit.State) (slot int32, stale bool) {
+	i := sh.find(h, key, id)
 	if i == none {
-		return none
+		return none, false
 	}
 	if sh.slab[i].expires <= now {
-		sh.remove(h, i)
-		return none
+		return i, true
 	}
 	sh.load(i, l, st)
-	return i
+	return i, false
+}
+
+// store commits one entry of an admitted call: the state st under l if the
+// call charged it, otherwise nothing, and the deletion of the entry if get
+// found it stale. The shard must be locked.
+func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool, st *ratelimit.State, l *ratelimit.Limit, now int64, protect []ratelimit.Request) {
+	if charged {
+		sh.put(h, key, id, slot, st, l.ExpiresAt(st), now, protect)
+	} else {
+		sh.drop(h, slot, stale)
+	}
+}
+
+// drop deletes the entry in slot, whose key hashes to h, if get found it
+// expired (stale). The shard must be locked.
+func (sh *shard) drop(h uint64, slot int32, stale bool) {
+	if stale {
+		sh.remove(h, slot)
+	}
 }
 
 // load reads the state stored in slot, an entry under l, into *st. The
@@ -110,16 +139,40 @@ func (sh *shard) get(h uint64, key string, l *ratelimit.Limit, now int64, st *ra
 func (sh *shard) load(slot int32, l *ratelimit.Limit, st *ratelimit.State) {
 	e := &sh.slab[slot]
 	st.Level, st.Updated, st.Prev = e.level, e.updated, e.prev
-	if l.Algorithm() == ratelimit.SlidingLog {
+	// Only SlidingLog entries have logs: a shard without any needs no
+	// look at the algorithm.
+	if len(sh.logs) != 0 && l.Algorithm() == ratelimit.SlidingLog {
 		st.Log = sh.logs[slot]
 	}
 }
 
-// put stores st for key (hashing to h) under l, or deletes the entry if st
-// has already expired. slot is get's answer in this critical section;
-// protect lists the requests whose entries eviction must spare. The shard
-// must be locked.
-func (sh *shard) put(h uint64, key string, l *ratelimit.Limit, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
+// advance returns the time at which to decide in the shard given a reading
+// now of the default clock taken before the shard was locked: the later of
+// now and the latest time decided in the shard, which it becomes. The
+// shard must be locked.
+func (sh *shard) advance(now int64) int64 {
+	if now < sh.clock {
+		return sh.clock
+	}
+	sh.clock = now
+	return now
+}
+
+// put stores st for key (hashing to h) under the limit whose ID is id, or
+// deletes the entry if st has already expired. slot is get's answer in
+// this critical section (a live or a stale entry, or none); protect lists
+// the requests whose entries eviction must spare. The shard must be
+// locked.
+func (sh *shard) put(h uint64, key, id string, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
+	if slot != none && expires > now && st.Log == nil && len(sh.logs) == 0 {
+		// An existing entry without a log: the common case, inlined.
+		sh.slab[slot] = entry{st.Level, st.Updated, st.Prev, expires}
+		return
+	}
+	sh.putSlow(h, key, id, slot, st, expires, now, protect)
+}
+
+func (sh *shard) putSlow(h uint64, key, id string, slot int32, st *ratelimit.State, expires, now int64, protect []ratelimit.Request) {
 	if expires <= now {
 		if slot != none {
 			sh.remove(h, slot)
@@ -127,7 +180,7 @@ func (sh *shard) put(h uint64, key string, l *ratelimit.Limit, slot int32, st *r
 		return
 	}
 	if slot == none {
-		if slot = sh.insert(h, key, l.ID(), now, protect); slot == none {
+		if slot = sh.insert(h, key, id, now, protect); slot == none {
 			return
 		}
 	}
@@ -167,14 +220,11 @@ func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []rate
 		sh.slab = append(sh.slab, entry{})
 		sh.names = append(sh.names, name{})
 	}
-	next, ok := sh.index[h]
-	if !ok {
-		next = none
-	}
+	next := sh.index.get(h)
 	// Copy the key so the entry does not pin a larger string the caller's
 	// key may be a slice of (a header, a request line).
 	sh.names[slot] = name{key: strings.Clone(key), limit: limitID, next: next}
-	sh.index[h] = slot
+	sh.index.set(h, slot)
 	sh.live++
 	return slot
 }
@@ -182,11 +232,11 @@ func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []rate
 // remove deletes the entry in slot, whose key hashes to h.
 func (sh *shard) remove(h uint64, slot int32) {
 	next := sh.names[slot].next
-	if head := sh.index[h]; head == slot {
+	if head := sh.index.get(h); head == slot {
 		if next == none {
-			delete(sh.index, h)
+			sh.index.del(h)
 		} else {
-			sh.index[h] = next
+			sh.index.set(h, next)
 		}
 	} else {
 		for sh.names[head].next != slot {

@@ -21,15 +21,16 @@ func checkShard(t *testing.T, sh *shard) {
 	t.Helper()
 	used := 0
 	inChains := map[int32]bool{}
-	for h, head := range sh.index {
+	sh.index.each(func(h uint64, head int32) {
 		require.NotEqual(t, int32(none), head)
+		require.Equal(t, head, sh.index.get(h), "hash %x not found where it is", h)
 		for i := head; i != none; i = sh.names[i].next {
 			require.False(t, inChains[i], "slot %d in two chains or a cycle", i)
 			inChains[i] = true
 			require.NotEmpty(t, sh.names[i].key, "free slot %d in a chain", i)
 			require.Equal(t, h, maphash.String(sh.seed, sh.names[i].key), "slot %d in another hash's chain", i)
 		}
-	}
+	})
 	for i := range sh.names {
 		if sh.names[i].key != "" {
 			used++

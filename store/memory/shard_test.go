@@ -13,7 +13,6 @@ import (
 
 func newTestShard(maxEntries int) *shard {
 	sh := &shard{}
-	sh.index = make(map[uint64]int32)
 	sh.max = maxEntries
 	sh.seed = maphash.MakeSeed()
 	return sh
@@ -22,7 +21,7 @@ func newTestShard(maxEntries int) *shard {
 // level reads the stored level of (key, l), or -1 if there is no live entry.
 func (sh *shard) level(h uint64, key string, l *ratelimit.Limit, now int64) int64 {
 	var st ratelimit.State
-	if sh.get(h, key, l, now, &st) == none {
+	if slot, stale := sh.get(h, key, l.ID(), l, now, &st); slot == none || stale {
 		return -1
 	}
 	return st.Level
@@ -44,10 +43,10 @@ func TestChainsOfCollidingKeys(t *testing.T) {
 	}
 	ents := []ent{{"x", &a}, {"y", &a}, {"x", &b}, {"z", &b}}
 	for i, e := range ents {
-		sh.put(h, e.key, e.l, none, &ratelimit.State{Level: int64(i + 1)}, exp, now, nil)
+		sh.put(h, e.key, e.l.ID(), none, &ratelimit.State{Level: int64(i + 1)}, exp, now, nil)
 	}
 	require.Equal(t, 4, sh.live)
-	require.Len(t, sh.index, 1)
+	require.Equal(t, 1, sh.index.len())
 	for i, e := range ents {
 		assert.Equal(t, int64(i+1), sh.level(h, e.key, e.l, now), "%s/%s", e.key, e.l.Name())
 	}
@@ -66,12 +65,12 @@ func TestChainsOfCollidingKeys(t *testing.T) {
 	}
 	require.Equal(t, 1, sh.live)
 	sh.remove(h, sh.find(h, "x", b.ID()))
-	assert.Empty(t, sh.index)
+	assert.Zero(t, sh.index.len())
 	assert.Zero(t, sh.live)
 	assert.Len(t, sh.free, 4, "every slot is free for reuse")
 
 	// Freed slots are reused before the slab grows.
-	sh.put(h, "w", &a, none, &ratelimit.State{Level: 9}, exp, now, nil)
+	sh.put(h, "w", a.ID(), none, &ratelimit.State{Level: 9}, exp, now, nil)
 	assert.Len(t, sh.slab, 4)
 	assert.Equal(t, int64(9), sh.level(h, "w", &a, now))
 }
@@ -88,7 +87,7 @@ func TestChainsSweepAndEvict(t *testing.T) {
 	// Entry i expires at (i+1)×1000, except l2, the latest.
 	expires := []int64{1000, 2000, 9000, 3000}
 	for i := range limits {
-		sh.put(h, "k", &limits[i], none, &ratelimit.State{Level: int64(i + 1)}, expires[i], 0, nil)
+		sh.put(h, "k", limits[i].ID(), none, &ratelimit.State{Level: int64(i + 1)}, expires[i], 0, nil)
 	}
 	require.Equal(t, 4, sh.live)
 
@@ -96,7 +95,7 @@ func TestChainsSweepAndEvict(t *testing.T) {
 	// l0, and spares the entries of the calling stack (l1).
 	other := ratelimit.PerDay(10).Named("other")
 	protect := []ratelimit.Request{{Key: "k", Limit: &limits[1]}}
-	sh.put(maphash.String(sh.seed, "n"), "n", &other, none, &ratelimit.State{Level: 5}, 8000, 500, protect)
+	sh.put(maphash.String(sh.seed, "n"), "n", other.ID(), none, &ratelimit.State{Level: 5}, 8000, 500, protect)
 	assert.Equal(t, 4, sh.live)
 	assert.Equal(t, int64(-1), sh.level(h, "k", &limits[0], 500), "l0 evicted")
 	for _, i := range []int{1, 2, 3} {
@@ -119,9 +118,10 @@ func TestSlidingLogStorage(t *testing.T) {
 	l := ratelimit.PerMinute(5).WithAlgorithm(ratelimit.SlidingLog)
 	h := maphash.String(sh.seed, "k")
 	st := ratelimit.State{Log: []int64{10, 20}}
-	sh.put(h, "k", &l, none, &st, 100, 0, nil)
+	sh.put(h, "k", l.ID(), none, &st, 100, 0, nil)
 	var got ratelimit.State
-	slot := sh.get(h, "k", &l, 50, &got)
+	slot, stale := sh.get(h, "k", l.ID(), &l, 50, &got)
+	require.False(t, stale)
 	require.NotEqual(t, int32(none), slot)
 	assert.Equal(t, []int64{10, 20}, got.Log)
 	sh.remove(h, slot)

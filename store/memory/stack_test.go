@@ -1,0 +1,146 @@
+package memory
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
+)
+
+// pairLimits are limits of every algorithm, two of each, small enough that
+// random costs are refused often.
+func pairLimits(t *testing.T) []ratelimit.Limit {
+	t.Helper()
+	algs := []ratelimit.Algorithm{ratelimit.TokenBucket, ratelimit.LeakyBucket, ratelimit.GCRA,
+		ratelimit.FixedWindow, ratelimit.SlidingWindow, ratelimit.SlidingLog}
+	var limits []ratelimit.Limit
+	for _, a := range algs {
+		for j, p := range []time.Duration{time.Second, 8 * time.Second} {
+			l := ratelimit.Every(int64(4<<j), p).WithAlgorithm(a).Named(fmt.Sprintf("%v-%d", a, j))
+			require.NoError(t, l.Err())
+			limits = append(limits, l)
+		}
+	}
+	return limits
+}
+
+// randomPair draws a stack of two requests that is, about equally often,
+// one key under two limits (the common stack), one entry twice (the
+// duplicate rule), or two keys (one shard or two).
+func randomPair(rng *rand.Rand, limits []ratelimit.Limit, now int64, take bool) []ratelimit.Request {
+	keys := []string{"a", "b", "c", "d"}
+	ka, kb := keys[rng.IntN(len(keys))], keys[rng.IntN(len(keys))]
+	la, lb := &limits[rng.IntN(len(limits))], &limits[rng.IntN(len(limits))]
+	switch rng.IntN(3) {
+	case 0:
+		kb = ka
+	case 1:
+		kb, lb = ka, la
+	}
+	if rng.IntN(2) == 0 {
+		// A key equal in value but not the same string, so that the
+		// comparisons cannot rely on the strings' addresses.
+		kb = string([]byte(kb))
+	}
+	reqs := []ratelimit.Request{{Key: ka, Limit: la}, {Key: kb, Limit: lb}}
+	for i := range reqs {
+		if take {
+			reqs[i].Cost = int64(rng.IntN(4))
+		} else {
+			reqs[i].Cost = int64(rng.IntN(7)) - 3
+			if rng.IntN(2) == 0 {
+				reqs[i].At = now - int64(rng.IntN(3_000_000))
+			}
+		}
+	}
+	return reqs
+}
+
+// TestStackOfTwoAgainstModel drives the store's path for stacks of two
+// with random pairs (one key under two limits, one entry twice, two keys
+// in one shard or two), every algorithm, Takes and Adjusts with At, and a
+// clock that jumps forward past expiries (sweeps every 60s), and checks
+// every Decision against the plain model of model_differential_test.go, which
+// applies the algorithms in order and commits all or nothing, and the
+// structure of the pair's shards after every call.
+func TestStackOfTwoAgainstModel(t *testing.T) {
+	limits := pairLimits(t)
+	for _, shards := range []int{1, 2, 64} {
+		for seed := range uint64(15) {
+			rng := rand.New(rand.NewPCG(seed, 13))
+			s, c := newTestStore(t, WithShards(shards))
+			m := reviewModel{}
+			now := t0
+			for step := range 400 {
+				switch rng.IntN(10) {
+				case 0:
+					now = now.Add(time.Duration(rng.IntN(90)) * time.Second)
+				case 1, 2, 3:
+					now = now.Add(time.Duration(rng.IntN(2_000_000)) * time.Microsecond)
+				}
+				c.Set(now)
+				take := rng.IntN(4) != 0
+				reqs := randomPair(rng, limits, ratelimit.Micros(now), take)
+				out := make([]ratelimit.Decision, 2)
+				var err error
+				if take {
+					err = s.Take(context.Background(), reqs, out)
+				} else {
+					err = s.Adjust(context.Background(), reqs, out)
+				}
+				require.NoError(t, err)
+				want := m.do(reqs, ratelimit.Micros(now), take)
+				for i := range out {
+					require.Equal(t, want[i], out[i], "shards %d seed %d step %d req %d (take %v) %s/%s, %s/%s",
+						shards, seed, step, i, take, reqs[0].Key, reqs[0].Limit.Name(), reqs[1].Key, reqs[1].Limit.Name())
+				}
+				for _, r := range reqs {
+					checkShard(t, &s.shards[s.hash(r.Key)&s.mask])
+				}
+			}
+		}
+	}
+}
+
+// TestStackOfTwoUnderEviction runs random pairs through shards of 1 to 4
+// entries, so that nearly every insert sweeps or evicts, with a clock that
+// moves forward and back: the structure of
+// every shard stays intact, the cap holds, and an admitted charge of two
+// entries of one shard that holds two keeps both (eviction spares the
+// call's own entries).
+func TestStackOfTwoUnderEviction(t *testing.T) {
+	limits := pairLimits(t)
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 17))
+		maxKeys := 1 + rng.IntN(4)
+		s, c := newTestStore(t, WithShards(1), WithMaxKeys(maxKeys))
+		now := t0
+		for step := range 500 {
+			now = now.Add(time.Duration(rng.IntN(3_000_000)-500_000) * time.Microsecond)
+			c.Set(now)
+			take := rng.IntN(3) != 0
+			reqs := randomPair(rng, limits, ratelimit.Micros(now), take)
+			out := make([]ratelimit.Decision, 2)
+			if take {
+				require.NoError(t, s.Take(context.Background(), reqs, out))
+			} else {
+				require.NoError(t, s.Adjust(context.Background(), reqs, out))
+			}
+			checkShard(t, &s.shards[0])
+			require.LessOrEqual(t, s.Len(), maxKeys)
+			sh := &s.shards[0]
+			if take && maxKeys >= 2 && out[0].Allowed && out[1].Allowed && reqs[0].Cost > 0 && reqs[1].Cost > 0 {
+				for i, r := range reqs {
+					h := s.hash(r.Key)
+					require.NotEqual(t, int32(none), sh.find(h, r.Key, r.Limit.ID()),
+						"seed %d step %d: request %d's entry %s/%s was not kept", seed, step, i, r.Key, r.Limit.Name())
+				}
+			}
+		}
+	}
+}
