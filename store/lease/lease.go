@@ -325,6 +325,9 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	n := len(reqs)
 	ents, calls := sc.ents[:n], sc.calls[:n]
 	for {
+		if s.closed.Load() { // (a call waiting, or starting afresh, after Close)
+			return s.pass(ctx, reqs, out)
+		}
 		rets := sc.rets[:0]
 		s.lock(locked)
 		now := s.now()
@@ -431,14 +434,20 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 				break
 			}
 			rets = s.admit(reqs, out, ents, calls, in, bout, now, sent, recv, rets)
-			if s.closed.Load() { // Close has run: no lease may outlive it
-				for _, e := range ents {
-					rets = e.detach(rets)
-				}
-			}
 		default:
 			rets = restoreUnits(ents, calls, now, rets)
 			s.refuse(reqs, out, ents, calls, in, breqs, bout, now, recv)
+		}
+		if s.closed.Load() {
+			// Close has run while the call was in flight, and its sweep
+			// missed what the call held: the new leases, and the units
+			// reserved from the old ones and put back above. No lease
+			// may outlive Close. (Close sets closed before it sweeps, each
+			// shard under its lock: seen false here, its sweep of these
+			// shards is still to come.)
+			for _, e := range ents {
+				rets = e.detach(rets)
+			}
 		}
 		s.release(ents, calls, ch)
 		s.unlock(locked)
@@ -784,7 +793,8 @@ func (s *Store) expireLoop(every time.Duration) {
 // key, each with the WithCallTimeout deadline). Afterwards every call
 // passes straight through to the backing store, so requests still in
 // flight keep being decided; a refill in flight when Close runs gives its
-// lease back as soon as it arrives. Close returns the first error of a
+// lease back as soon as it arrives, and with it the units it reserved from
+// the old leases if it was refused or failed. Close returns the first error of a
 // return; calling it again returns the same error and does nothing.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
