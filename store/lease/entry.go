@@ -44,6 +44,7 @@ type entry struct {
 type lease struct {
 	left int64  // units not yet handed out
 	at   int64  // the charge, by the backing store's clock (µs)
+	sent int64  // local µs when its Take was sent
 	recv int64  // local µs when the grant arrived
 	end  int64  // local µs: units are handed out while now < end
 	gen  uint64 // incremented by each new lease
@@ -222,10 +223,39 @@ func (e *entry) detach(rets []ret) []ret {
 	if e.lease.left <= 0 {
 		return rets
 	}
-	rets = append(rets, ret{e.key, e.limit, e.lease.left, e.lease.at})
+	rets = append(rets, e.ret(e.lease.left, e.lease.at, e.lease.sent, e.lease.recv))
 	e.view.remaining += e.lease.left // back in the backing store
 	e.lease.left = 0
 	return rets
+}
+
+// ret describes units of the pair to give back: charged at at (backing
+// µs) by a Take sent at local µs sent whose answer arrived at recv. For a
+// bucket (token bucket, GCRA) the units drain from sent less one round
+// trip (recv − sent) on: see drainedUnits.
+func (e *entry) ret(units, at, sent, recv int64) ret {
+	r := ret{key: e.key, limit: e.limit, units: units, at: at}
+	switch e.algo {
+	case ratelimit.TokenBucket, ratelimit.GCRA:
+		r.scale, r.drain, r.from = e.scale, e.drain, sent-(recv-sent)
+	}
+	return r
+}
+
+// drainedUnits returns how many of units charged to a bucket may have
+// drained from it el µs after the charge, had nothing else been charged:
+// ⌈el × drain / scale⌉, at most units. Returning those would credit
+// capacity that one shared bucket, never charged with them, would not
+// have had (it stops draining when empty): see the package documentation,
+// Bounds.
+func drainedUnits(units, el, scale, drain int64) int64 {
+	switch {
+	case el <= 0 || units <= 0:
+		return 0
+	case el >= (units*scale+drain-1)/drain: // units × scale ≤ Burst × scale < 2^53
+		return units
+	}
+	return min(units, (el*drain+scale-1)/scale)
 }
 
 // idle reports whether the entry can be forgotten: nothing leased, nothing

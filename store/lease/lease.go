@@ -58,7 +58,7 @@ type Store struct {
 	done      chan struct{} // closed by the expiry goroutine when it ends
 
 	passed, refills, backingTakes, returns, adjusts, errs atomic.Uint64
-	leased, returned, lost, dropped                       atomic.Uint64
+	leased, returned, lost, dropped, drained              atomic.Uint64
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -238,10 +238,11 @@ func decorated(reqs []ratelimit.Request, ents []*entry) bool {
 // while the backing call is in flight), need units from the backing store,
 // and extra units more are charged there to become the new lease.
 type call struct {
-	from, need, extra int64
-	fromAt, fromEnd   int64  // the reserved units' lease: charge (backing µs), end (local µs)
-	fromGen           uint64 // and generation, to give them back to it
-	busy              bool   // this call marked the entry busy
+	from, need, extra  int64
+	fromAt, fromEnd    int64  // the reserved units' lease: charge (backing µs), end (local µs)
+	fromSent, fromRecv int64  // its Take's send and answer (local µs)
+	fromGen            uint64 // and generation, to give them back to it
+	busy               bool   // this call marked the entry busy
 }
 
 // ret is a number of unused units to give back to the backing store.
@@ -250,6 +251,11 @@ type ret struct {
 	limit *ratelimit.Limit
 	units int64
 	at    int64 // the lease's charge, backing µs: Request.At of the refund
+	// For a bucket (token bucket, GCRA; drain > 0): the local µs from
+	// which the units count as draining from the backing bucket, and its
+	// refill parameters (see drainedUnits). A window's refund is exact,
+	// dated at: drain is 0.
+	from, scale, drain int64
 }
 
 // take decides a call that the Store decorates: locally when it can, in
@@ -387,6 +393,7 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 			e.pins++
 			if c.from > 0 {
 				c.fromAt, c.fromEnd, c.fromGen = e.lease.at, e.lease.end, e.lease.gen
+				c.fromSent, c.fromRecv = e.lease.sent, e.lease.recv
 				e.lease.left -= c.from
 			}
 			if c.extra > 0 {
@@ -428,7 +435,9 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 				// and the units whose lease ended meanwhile; then decide
 				// afresh.
 				for j, i := range in {
-					rets = append(rets, ret{reqs[i].Key, reqs[i].Limit, breqs[j].Cost, bout[j].At})
+					r := ents[i].ret(breqs[j].Cost, bout[j].At, sent, recv)
+					r.limit = reqs[i].Limit // as charged
+					rets = append(rets, r)
 				}
 				rets = restoreUnits(ents, calls, now, rets)
 				break
@@ -484,7 +493,7 @@ func restoreUnits(ents []*entry, calls []call, now int64, rets []ret) []ret {
 		if e.lease.gen == c.fromGen && now < e.lease.end {
 			e.lease.left += c.from
 		} else {
-			rets = append(rets, ret{e.key, e.limit, c.from, c.fromAt})
+			rets = append(rets, e.ret(c.from, c.fromAt, c.fromSent, c.fromRecv))
 		}
 	}
 	return rets
@@ -571,7 +580,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 			// back after this call emptied it, go back to the backing
 			// store: the new lease replaces the old.
 			rets = e.detach(rets)
-			e.lease = lease{left: c.extra, at: d.At, recv: recv, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
+			e.lease = lease{left: c.extra, at: d.At, sent: sent, recv: recv, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
 			e.winEnd = windowEnd(l, d)
 			s.leased.Add(uint64(c.extra))
 		}
@@ -684,6 +693,19 @@ func (s *Store) giveBack(ctx context.Context, rets []ret) error {
 	if len(rets) == 0 {
 		return nil
 	}
+	now, k := s.now(), 0
+	for _, r := range rets {
+		if r.drain > 0 {
+			d := drainedUnits(r.units, now-r.from, r.scale, r.drain)
+			s.drained.Add(uint64(d))
+			r.units -= d
+		}
+		if r.units > 0 {
+			rets[k] = r
+			k++
+		}
+	}
+	rets = rets[:k]
 	sortRets(rets)
 	ctx = context.WithoutCancel(ctx)
 	var first error
@@ -854,6 +876,15 @@ type Stats struct {
 	// with their window: the backing store would drop their refund (the
 	// window has passed), so none is sent.
 	Dropped uint64
+	// Drained counts unused units of token-bucket and GCRA leases that
+	// were not given back because the backing bucket may have refilled
+	// as many while they were held (Rate × the time since the lease's
+	// Take, plus one round trip): giving them back could create capacity
+	// that one shared bucket would not have had (see the package
+	// documentation, Bounds). With Returned, Lost and Dropped they
+	// account for every unit leased: after Close, Leased = the units
+	// handed out from leases + Returned + Lost + Dropped + Drained.
+	Drained uint64
 	// Held is the number of units in this instance's leases now, live or
 	// ended and not yet returned.
 	Held int64
@@ -879,6 +910,7 @@ func (s *Store) Stats() Stats {
 		Returned:     s.returned.Load(),
 		Lost:         s.lost.Load(),
 		Dropped:      s.dropped.Load(),
+		Drained:      s.drained.Load(),
 		Keys:         s.keys.Load(),
 	}
 	for i := range s.shards {
