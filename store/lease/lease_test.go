@@ -342,3 +342,27 @@ func TestWindowLeaseSizedToTheWindowLeft(t *testing.T) {
 	require.Equal(t, []int64{2, 52}, costs, "no call")
 	require.Equal(t, int64(6000), f.peek("k", l).Remaining)
 }
+
+// TestResetAgesLocalUse: a local decision's Reset is one shared bucket's
+// on one instance, also when time passes between the uses: the units
+// handed out from a lease refill from when they were handed out, as they
+// would in the bucket.
+//
+// PerSecond(100): 10 ms per unit; hot at once, leases ≤ 50.
+func TestResetAgesLocalUse(t *testing.T) {
+	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(0.5))
+	l := ptr(ratelimit.PerSecond(100))
+	// At t0 a request of 10 leases 11: one shared bucket has 10 units in
+	// use, full again in 100 ms.
+	f.check(decision(l, true, 90, ms(100), 0), f.take1(0, "k", l, 10))
+	// At t0+50ms, 5 from the lease: the bucket had 5 units left in use
+	// (50 ms), now 10: 100 ms.
+	f.at(ms(50))
+	f.check(decision(l, true, 85, ms(100), 0), f.take1(0, "k", l, 5))
+	// At t0+900ms, 1 more: the bucket drained those 10 by t0+150ms, so it
+	// holds this unit alone: 10 ms. (Remaining does not count the refill
+	// since the backing store's answer, as documented: 100 − 16.)
+	f.at(ms(900))
+	f.check(decision(l, true, 84, ms(10), 0), f.take1(0, "k", l, 1))
+	require.Equal(t, 1, f.backing.calls(), "all but the first from the lease")
+}
