@@ -82,10 +82,11 @@
 //     Rate × L units) nor what other instances used or hold (their leased
 //     units count as spent).
 //   - Reset is when the backing store would have been full had the units
-//     held then not been charged, aged by the local time since, plus the
-//     refill time of the units handed out since (token bucket and GCRA;
-//     exact to 1 µs when the rate's drain is 1, as for PerSecond(10) or
-//     PerMinute(10_000)); a window's Reset is its window's.
+//     held then not been charged, with each unit handed out since
+//     charged when it was handed out (token bucket and GCRA: on one
+//     instance one shared bucket's Reset, exact to 1 µs when the rate's
+//     drain is 1, as for PerSecond(10) or PerMinute(10_000)); a window's
+//     Reset is its window's.
 //   - At is the backing store's clock at that answer plus the local time
 //     elapsed, a lower bound of the backing store's clock (within the
 //     window of the lease, for window algorithms): pass it to Adjust as

@@ -568,7 +568,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 	for i := range reqs {
 		e, c, l := ents[i], &calls[i], reqs[i].Limit
 		if j >= len(in) || in[j] != i {
-			e.view.used += c.from
+			e.use(c.from, now)
 			out[i] = e.decision(l, now, true) // from its lease alone
 			continue
 		}
