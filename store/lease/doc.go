@@ -122,7 +122,8 @@
 // never handed out are given back. So at every instant, for every key and
 // limit, the units admitted by all instances together are at most the
 // units the backing store has charged (and after Close, exactly those
-// plus Stats.Lost, Dropped and Drained).
+// plus Stats.Lost, Dropped and Drained, and whatever refills that timed
+// out may have charged).
 //
 // Token bucket and GCRA: at most B + ⌊(T + L − 1 µs)·R⌋ units in any
 // closed span of T, which is C + R·(T + L) with C = B. Derivation: let U

@@ -684,28 +684,17 @@ func windowEnd(l *ratelimit.Limit, d *ratelimit.Decision) int64 {
 // caller key (so that a Redis Cluster sees one hash slot per call), each
 // refund dated at its lease's charge so that a window algorithm credits
 // the window that was charged (and drops the refund once it has passed).
-// A failed return is not retried: after a timeout the refund may have
-// been applied, and applying it twice would create capacity. Its units
-// are lost to the fleet until the backing store refills them (counted in
-// Stats.Lost). The calls use ctx's values but not its cancellation, with
-// the WithCallTimeout deadline.
+// A bucket's refund leaves out the units that may have drained since the
+// charge, reckoned when its call is sent (see drainedUnits; counted in
+// Stats.Drained). A failed return is not retried: after a timeout the
+// refund may have been applied, and applying it twice would create
+// capacity. Its units are lost to the fleet until the backing store
+// refills them (counted in Stats.Lost). The calls use ctx's values but not
+// its cancellation, with the WithCallTimeout deadline.
 func (s *Store) giveBack(ctx context.Context, rets []ret) error {
 	if len(rets) == 0 {
 		return nil
 	}
-	now, k := s.now(), 0
-	for _, r := range rets {
-		if r.drain > 0 {
-			d := drainedUnits(r.units, now-r.from, r.scale, r.drain)
-			s.drained.Add(uint64(d))
-			r.units -= d
-		}
-		if r.units > 0 {
-			rets[k] = r
-			k++
-		}
-	}
-	rets = rets[:k]
 	sortRets(rets)
 	ctx = context.WithoutCancel(ctx)
 	var first error
@@ -722,14 +711,25 @@ func (s *Store) giveBack(ctx context.Context, rets []ret) error {
 		if k > len(reqA) {
 			reqs = make([]ratelimit.Request, 0, k)
 		}
+		now := s.now() // (the calls before this one took time)
 		var units int64
 		for _, r := range group {
-			reqs = append(reqs, ratelimit.Request{Key: r.key, Limit: r.limit, Cost: -r.units, At: r.at})
-			units += r.units
+			if r.drain > 0 {
+				d := drainedUnits(r.units, now-r.from, r.scale, r.drain)
+				s.drained.Add(uint64(d))
+				r.units -= d
+			}
+			if r.units > 0 {
+				reqs = append(reqs, ratelimit.Request{Key: r.key, Limit: r.limit, Cost: -r.units, At: r.at})
+				units += r.units
+			}
+		}
+		if len(reqs) == 0 {
+			continue
 		}
 		out := outA[:]
-		if k > len(outA) {
-			out = make([]ratelimit.Decision, k)
+		if len(reqs) > len(outA) {
+			out = make([]ratelimit.Decision, len(reqs))
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		err := s.backing.Adjust(cctx, reqs, out)
