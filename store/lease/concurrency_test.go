@@ -108,3 +108,58 @@ func TestConcurrentFleet(t *testing.T) {
 	t.Logf("hot key: %d admitted, %d refused in %v (bound %d); %d local decisions, %d backing calls",
 		admittedReqs.Load(), refused.Load(), elapsed, bound, local, calls)
 }
+
+// TestCloseRacesTakes: Close runs while 16 goroutines keep deciding a hot
+// stack and cold keys, and they go on after it (passing through). When all
+// are done nothing is held, and the backing store has charged exactly the
+// units admitted plus those that drained from bucket leases while held.
+// Run it with -race.
+func TestCloseRacesTakes(t *testing.T) {
+	for round := range 5 {
+		mem, err := memory.New()
+		require.NoError(t, err)
+		backing := newCounting(mem)
+		rps := ptr(ratelimit.PerSecond(5000).Named("rps"))
+		tokens := ptr(ratelimit.Every(50_000, time.Second).Named("tokens"))
+		s, err := lease.New(backing, lease.WithLifetime(20*time.Millisecond), lease.WithMaxShare(0.2), lease.WithCallTimeout(time.Minute))
+		require.NoError(t, err)
+		var admitted atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for g := range 16 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+				out := make([]ratelimit.Decision, 2)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					key := "hot"
+					if rng.IntN(4) == 0 {
+						key = fmt.Sprintf("cold-%d", rng.IntN(50))
+					}
+					cost := 1 + rng.Int64N(20)
+					reqs := []ratelimit.Request{{Key: key, Limit: rps, Cost: 1}, {Key: key, Limit: tokens, Cost: cost}}
+					if err := s.Take(context.Background(), reqs, out); err != nil {
+						t.Error(err)
+						return
+					}
+					if out[0].Allowed && out[1].Allowed {
+						admitted.Add(1 + cost)
+					}
+				}
+			})
+		}
+		time.Sleep(30 * time.Millisecond)
+		require.NoError(t, s.Close())
+		time.Sleep(10 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		st := s.Stats()
+		require.Equal(t, int64(0), st.Held, "round %d", round)
+		require.Zero(t, st.Lost)
+		require.Equal(t, admitted.Load()+int64(st.Drained), backing.chargedAll(rps)+backing.chargedAll(tokens), "round %d", round)
+	}
+}
