@@ -234,3 +234,68 @@ func checkSliding(t *testing.T, l *ratelimit.Limit, adm []admission) {
 		require.LessOrEqual(t, used, l.Quota()*pm, "at %d", a.at)
 	}
 }
+
+// TestBucketBoundWithIdleLeases: leases that sit unused while the bucket
+// drains must not let their return create capacity that refilled anyway.
+//
+// Five instances each hold a lease of 30 units (WithMaxShare(0.3)) of
+// main, Every(10, time.Second).WithBurst(100), and use one unit of it per
+// lifetime (1 s): at its slot (instance i at i × 200 ms into each second)
+// each instance's demand is primed to 100 units by a stack the spent gate
+// refuses (nothing charged), and a request of 1 then returns the ended
+// lease and takes 1 + 30. The fleet uses 5 units per second while the
+// bucket refills 10: one shared bucket would be full (100 units), and it
+// may admit at most 100 + ⌊(T + L − 1 µs) × 10/s⌋ in any span T.
+//
+// After 100 such seconds, a sixth instance that never leases takes every
+// unit there is, at each slot just before and just after the instance of
+// that slot returns its lease (Expire). A return credits units that the
+// backing bucket had drained while they sat in the lease, and the bucket
+// being nearly empty of anything else, each return makes room that one
+// shared bucket never had. The bound (100 + 19 in a span of 1 s) must
+// hold.
+func TestBucketBoundWithIdleLeases(t *testing.T) {
+	const n = 5
+	f := newFleet(t, n, lease.WithHotThreshold(1), lease.WithMaxShare(0.3))
+	q, err := lease.New(f.backing, lease.WithClock(f.clock.Now), lease.WithExpiryInterval(0),
+		lease.WithCallTimeout(time.Minute), lease.WithHotThreshold(math.MaxInt64))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = q.Close() })
+	main := ptr(ratelimit.Every(10, time.Second).WithBurst(100).Named("main"))
+	gate := ptr(ratelimit.PerDay(1).Named("gate"))
+	out := make([]ratelimit.Decision, 2)
+	require.NoError(t, f.backing.Take(context.Background(), []ratelimit.Request{{Key: "k", Limit: gate, Cost: 1}}, out[:1]))
+	var adm []admission
+	admit := func(s *lease.Store, reqs ...ratelimit.Request) bool {
+		require.NoError(t, s.Take(context.Background(), reqs, out[:len(reqs)]))
+		for i := range reqs {
+			if !out[i].Allowed {
+				return false
+			}
+		}
+		adm = append(adm, admission{ratelimit.Micros(f.clock.Now()), reqs[0].Cost})
+		return true
+	}
+	drain := func() { // the sixth instance takes all there is
+		if left := f.peek("k", main).Remaining; left > 0 {
+			require.True(t, admit(q, ratelimit.Request{Key: "k", Limit: main, Cost: left}))
+		}
+	}
+	const periods = 100
+	for k := range periods + 1 {
+		for i, s := range f.stores {
+			f.at(time.Duration(k)*time.Second + time.Duration(i)*200*time.Millisecond)
+			if k == periods {
+				drain()
+				f.expire(i)
+				drain()
+				continue
+			}
+			require.False(t, admit(s, ratelimit.Request{Key: "k", Limit: main, Cost: 99}, ratelimit.Request{Key: "k", Limit: gate, Cost: 1}))
+			require.True(t, admit(s, ratelimit.Request{Key: "k", Limit: main, Cost: 1}))
+		}
+	}
+	span, life := time.Second.Microseconds(), time.Second.Microseconds()
+	require.Equal(t, int64(119), bucketBound(main, span, life))
+	require.LessOrEqual(t, maxInSpan(adm, span), bucketBound(main, span, life))
+}

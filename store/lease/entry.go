@@ -44,6 +44,7 @@ type entry struct {
 type lease struct {
 	left int64  // units not yet handed out
 	at   int64  // the charge, by the backing store's clock (µs)
+	sent int64  // local µs when its Take was sent
 	recv int64  // local µs when the grant arrived
 	end  int64  // local µs: units are handed out while now < end
 	gen  uint64 // incremented by each new lease
@@ -52,20 +53,30 @@ type lease struct {
 // view is the backing store's answer for the pair at its latest call.
 type view struct {
 	remaining int64 // units left in the backing store (leases charged)
-	// unleased is the backing store's Reset at the answer less the time
-	// the units then held here take to refill (for a bucket): when it
-	// would have been full had they not been charged, µs from recv.
-	unleased int64
-	used     int64 // units handed out here since the answer
-	at       int64 // the answer's time by the backing store's clock, µs
-	recv     int64 // local µs when it arrived; 0: never
+	// reset is the time to full, µs from local µs resetAt: at the answer
+	// the backing store's Reset less the time the units then held here
+	// take to refill (for a bucket), when it would have been full had they
+	// not been charged; then, for a bucket, plus the refill time of each
+	// unit handed out here since, from when it was handed out.
+	reset, resetAt int64
+	at             int64 // the answer's time by the backing store's clock, µs
+	recv           int64 // local µs when it arrived; 0: never
 }
 
 // setView records the backing store's answer d for the pair, which arrived
 // at recv, with the units the lease holds now.
 func (e *entry) setView(d *ratelimit.Decision, recv int64) {
-	e.view = view{remaining: d.Remaining, unleased: max(0, d.Reset.Microseconds()-e.unitTime(e.lease.left)),
-		at: d.At, recv: recv}
+	e.view = view{remaining: d.Remaining, reset: max(0, d.Reset.Microseconds()-e.unitTime(e.lease.left)),
+		resetAt: recv, at: d.At, recv: recv}
+}
+
+// use records n units handed out from the lease at now: for a bucket, the
+// time to full drains to now and grows by their refill time.
+func (e *entry) use(n, now int64) {
+	if u := e.unitTime(n); u > 0 {
+		e.view.reset = max(0, e.view.reset-max(0, now-e.view.resetAt)) + u
+		e.view.resetAt = max(now, e.view.resetAt)
+	}
 }
 
 // block is a refusal the backing store gave for need units: until local µs
@@ -173,15 +184,15 @@ func (e *entry) size(now int64, s *Store) int64 {
 // answer and the local use since. Remaining is the backing store's
 // Remaining then plus the units this instance still holds (what refilled
 // since is not counted); Reset is when the backing store would have been
-// full had the units held then not been charged, aged by the local time
-// since, plus the time the units handed out since take to refill.
+// full had the units held then not been charged and the units handed out
+// since been charged as they were handed out (see use), aged to now.
 func (e *entry) decision(l *ratelimit.Limit, now int64, allowed bool) ratelimit.Decision {
 	el := max(0, now-e.view.recv)
 	return ratelimit.Decision{
 		Limit:     l,
 		Allowed:   allowed,
 		Remaining: min(e.burst, e.view.remaining+e.lease.left),
-		Reset:     time.Duration(max(0, e.view.unleased-el)+e.unitTime(e.view.used)) * time.Microsecond,
+		Reset:     time.Duration(max(0, e.view.reset-max(0, now-e.view.resetAt))) * time.Microsecond,
 		At:        e.view.at + el,
 	}
 }
@@ -222,10 +233,39 @@ func (e *entry) detach(rets []ret) []ret {
 	if e.lease.left <= 0 {
 		return rets
 	}
-	rets = append(rets, ret{e.key, e.limit, e.lease.left, e.lease.at})
+	rets = append(rets, e.ret(e.lease.left, e.lease.at, e.lease.sent, e.lease.recv))
 	e.view.remaining += e.lease.left // back in the backing store
 	e.lease.left = 0
 	return rets
+}
+
+// ret describes units of the pair to give back: charged at at (backing
+// µs) by a Take sent at local µs sent whose answer arrived at recv. For a
+// bucket (token bucket, GCRA) the units drain from sent less one round
+// trip (recv − sent) on: see drainedUnits.
+func (e *entry) ret(units, at, sent, recv int64) ret {
+	r := ret{key: e.key, limit: e.limit, units: units, at: at}
+	switch e.algo {
+	case ratelimit.TokenBucket, ratelimit.GCRA:
+		r.scale, r.drain, r.from = e.scale, e.drain, sent-(recv-sent)
+	}
+	return r
+}
+
+// drainedUnits returns how many of units charged to a bucket may have
+// drained from it el µs after the charge, had nothing else been charged:
+// ⌈el × drain / scale⌉, at most units. Returning those would credit
+// capacity that one shared bucket, never charged with them, would not
+// have had (it stops draining when empty): see the package documentation,
+// Bounds.
+func drainedUnits(units, el, scale, drain int64) int64 {
+	switch {
+	case el <= 0 || units <= 0:
+		return 0
+	case el >= (units*scale+drain-1)/drain: // units × scale ≤ Burst × scale < 2^53
+		return units
+	}
+	return min(units, (el*drain+scale-1)/scale)
 }
 
 // idle reports whether the entry can be forgotten: nothing leased, nothing
@@ -256,7 +296,7 @@ func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entr
 	}
 	for i, e := range ents {
 		e.lease.left -= reqs[i].Cost
-		e.view.used += reqs[i].Cost
+		e.use(reqs[i].Cost, now)
 		out[i] = e.decision(reqs[i].Limit, now, true)
 	}
 	return true

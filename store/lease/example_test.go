@@ -75,7 +75,7 @@ func Example_workflowEngine() {
 		}
 		defer store.Close() // gives the unused units back
 		lim, err := ratelimit.New(store, ratelimit.WithLimits(quota), ratelimit.WithFailureMode(ratelimit.FailClosed),
-			ratelimit.WithStoreTimeout(time.Second)) // for miniredis on a busy machine; keep the 50 ms default on Redis
+			ratelimit.WithStoreTimeout(5*time.Second)) // for miniredis on a busy machine (and under -race); keep the 50 ms default on Redis
 		if err != nil {
 			panic(err)
 		}

@@ -22,11 +22,13 @@ var errDown = errors.New("dial tcp 10.0.0.7:6379: connection refused")
 // turns into a 503 (FailClosed) or a bypass (FailOpen); a return that
 // fails is not retried and its units are counted lost.
 //
-// Every(1000, time.Second), hot at once, leases ≤ 500: the first request
-// of 100 leases 101 more.
+// PerMinute(60_000) as a fixed window (a bucket's unused unit would have
+// drained in the second it is held, and not be sent: see
+// TestBucketReturnLessDrained), hot at once, leases ≤ 30,000: the first
+// request of 100 leases 101 more.
 func TestBackingFailure(t *testing.T) {
 	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(0.5))
-	l := ratelimit.Every(1000, time.Second).Named("calls")
+	l := ratelimit.PerMinute(60_000).WithAlgorithm(ratelimit.FixedWindow).Named("calls")
 	// Two Limiters on one store, sharing its state on purpose: one name.
 	closed, err := ratelimit.New(f.stores[0], ratelimit.WithName("fleet"), ratelimit.WithLimits(l), ratelimit.WithFailureMode(ratelimit.FailClosed))
 	require.NoError(t, err)

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -104,6 +105,19 @@ func (c *counting) setBefore(f func(reqs []ratelimit.Request)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.before = f
+}
+
+// chargedAll returns the units charged to l over all keys.
+func (c *counting) chargedAll(l *ratelimit.Limit) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int64
+	for p, units := range c.charged {
+		if strings.HasSuffix(p, "|"+l.ID()) {
+			n += units
+		}
+	}
+	return n
 }
 
 func (c *counting) chargedTo(key string, l *ratelimit.Limit) int64 {

@@ -58,7 +58,7 @@ type Store struct {
 	done      chan struct{} // closed by the expiry goroutine when it ends
 
 	passed, refills, backingTakes, returns, adjusts, errs atomic.Uint64
-	leased, returned, lost, dropped                       atomic.Uint64
+	leased, returned, lost, dropped, drained              atomic.Uint64
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -238,10 +238,11 @@ func decorated(reqs []ratelimit.Request, ents []*entry) bool {
 // while the backing call is in flight), need units from the backing store,
 // and extra units more are charged there to become the new lease.
 type call struct {
-	from, need, extra int64
-	fromAt, fromEnd   int64  // the reserved units' lease: charge (backing µs), end (local µs)
-	fromGen           uint64 // and generation, to give them back to it
-	busy              bool   // this call marked the entry busy
+	from, need, extra  int64
+	fromAt, fromEnd    int64  // the reserved units' lease: charge (backing µs), end (local µs)
+	fromSent, fromRecv int64  // its Take's send and answer (local µs)
+	fromGen            uint64 // and generation, to give them back to it
+	busy               bool   // this call marked the entry busy
 }
 
 // ret is a number of unused units to give back to the backing store.
@@ -250,6 +251,11 @@ type ret struct {
 	limit *ratelimit.Limit
 	units int64
 	at    int64 // the lease's charge, backing µs: Request.At of the refund
+	// For a bucket (token bucket, GCRA; drain > 0): the local µs from
+	// which the units count as draining from the backing bucket, and its
+	// refill parameters (see drainedUnits). A window's refund is exact,
+	// dated at: drain is 0.
+	from, scale, drain int64
 }
 
 // take decides a call that the Store decorates: locally when it can, in
@@ -325,6 +331,9 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	n := len(reqs)
 	ents, calls := sc.ents[:n], sc.calls[:n]
 	for {
+		if s.closed.Load() { // (a call waiting, or starting afresh, after Close)
+			return s.pass(ctx, reqs, out)
+		}
 		rets := sc.rets[:0]
 		s.lock(locked)
 		now := s.now()
@@ -384,6 +393,7 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 			e.pins++
 			if c.from > 0 {
 				c.fromAt, c.fromEnd, c.fromGen = e.lease.at, e.lease.end, e.lease.gen
+				c.fromSent, c.fromRecv = e.lease.sent, e.lease.recv
 				e.lease.left -= c.from
 			}
 			if c.extra > 0 {
@@ -425,20 +435,28 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 				// and the units whose lease ended meanwhile; then decide
 				// afresh.
 				for j, i := range in {
-					rets = append(rets, ret{reqs[i].Key, reqs[i].Limit, breqs[j].Cost, bout[j].At})
+					r := ents[i].ret(breqs[j].Cost, bout[j].At, sent, recv)
+					r.limit = reqs[i].Limit // as charged
+					rets = append(rets, r)
 				}
 				rets = restoreUnits(ents, calls, now, rets)
 				break
 			}
 			rets = s.admit(reqs, out, ents, calls, in, bout, now, sent, recv, rets)
-			if s.closed.Load() { // Close has run: no lease may outlive it
-				for _, e := range ents {
-					rets = e.detach(rets)
-				}
-			}
 		default:
 			rets = restoreUnits(ents, calls, now, rets)
 			s.refuse(reqs, out, ents, calls, in, breqs, bout, now, recv)
+		}
+		if s.closed.Load() {
+			// Close has run while the call was in flight, and its sweep
+			// missed what the call held: the new leases, and the units
+			// reserved from the old ones and put back above. No lease
+			// may outlive Close. (Close sets closed before it sweeps, each
+			// shard under its lock: seen false here, its sweep of these
+			// shards is still to come.)
+			for _, e := range ents {
+				rets = e.detach(rets)
+			}
 		}
 		s.release(ents, calls, ch)
 		s.unlock(locked)
@@ -475,7 +493,7 @@ func restoreUnits(ents []*entry, calls []call, now int64, rets []ret) []ret {
 		if e.lease.gen == c.fromGen && now < e.lease.end {
 			e.lease.left += c.from
 		} else {
-			rets = append(rets, ret{e.key, e.limit, c.from, c.fromAt})
+			rets = append(rets, e.ret(c.from, c.fromAt, c.fromSent, c.fromRecv))
 		}
 	}
 	return rets
@@ -550,7 +568,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 	for i := range reqs {
 		e, c, l := ents[i], &calls[i], reqs[i].Limit
 		if j >= len(in) || in[j] != i {
-			e.view.used += c.from
+			e.use(c.from, now)
 			out[i] = e.decision(l, now, true) // from its lease alone
 			continue
 		}
@@ -562,7 +580,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 			// back after this call emptied it, go back to the backing
 			// store: the new lease replaces the old.
 			rets = e.detach(rets)
-			e.lease = lease{left: c.extra, at: d.At, recv: recv, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
+			e.lease = lease{left: c.extra, at: d.At, sent: sent, recv: recv, end: sent + s.duration(l, d), gen: e.lease.gen + 1}
 			e.winEnd = windowEnd(l, d)
 			s.leased.Add(uint64(c.extra))
 		}
@@ -666,11 +684,13 @@ func windowEnd(l *ratelimit.Limit, d *ratelimit.Decision) int64 {
 // caller key (so that a Redis Cluster sees one hash slot per call), each
 // refund dated at its lease's charge so that a window algorithm credits
 // the window that was charged (and drops the refund once it has passed).
-// A failed return is not retried: after a timeout the refund may have
-// been applied, and applying it twice would create capacity. Its units
-// are lost to the fleet until the backing store refills them (counted in
-// Stats.Lost). The calls use ctx's values but not its cancellation, with
-// the WithCallTimeout deadline.
+// A bucket's refund leaves out the units that may have drained since the
+// charge, reckoned when its call is sent (see drainedUnits; counted in
+// Stats.Drained). A failed return is not retried: after a timeout the
+// refund may have been applied, and applying it twice would create
+// capacity. Its units are lost to the fleet until the backing store
+// refills them (counted in Stats.Lost). The calls use ctx's values but not
+// its cancellation, with the WithCallTimeout deadline.
 func (s *Store) giveBack(ctx context.Context, rets []ret) error {
 	if len(rets) == 0 {
 		return nil
@@ -691,14 +711,25 @@ func (s *Store) giveBack(ctx context.Context, rets []ret) error {
 		if k > len(reqA) {
 			reqs = make([]ratelimit.Request, 0, k)
 		}
+		now := s.now() // (the calls before this one took time)
 		var units int64
 		for _, r := range group {
-			reqs = append(reqs, ratelimit.Request{Key: r.key, Limit: r.limit, Cost: -r.units, At: r.at})
-			units += r.units
+			if r.drain > 0 {
+				d := drainedUnits(r.units, now-r.from, r.scale, r.drain)
+				s.drained.Add(uint64(d))
+				r.units -= d
+			}
+			if r.units > 0 {
+				reqs = append(reqs, ratelimit.Request{Key: r.key, Limit: r.limit, Cost: -r.units, At: r.at})
+				units += r.units
+			}
+		}
+		if len(reqs) == 0 {
+			continue
 		}
 		out := outA[:]
-		if k > len(outA) {
-			out = make([]ratelimit.Decision, k)
+		if len(reqs) > len(outA) {
+			out = make([]ratelimit.Decision, len(reqs))
 		}
 		cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
 		err := s.backing.Adjust(cctx, reqs, out)
@@ -784,7 +815,8 @@ func (s *Store) expireLoop(every time.Duration) {
 // key, each with the WithCallTimeout deadline). Afterwards every call
 // passes straight through to the backing store, so requests still in
 // flight keep being decided; a refill in flight when Close runs gives its
-// lease back as soon as it arrives. Close returns the first error of a
+// lease back as soon as it arrives, and with it the units it reserved from
+// the old leases if it was refused or failed. Close returns the first error of a
 // return; calling it again returns the same error and does nothing.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
@@ -844,6 +876,15 @@ type Stats struct {
 	// with their window: the backing store would drop their refund (the
 	// window has passed), so none is sent.
 	Dropped uint64
+	// Drained counts unused units of token-bucket and GCRA leases that
+	// were not given back because the backing bucket may have refilled
+	// as many while they were held (Rate × the time since the lease's
+	// Take, plus one round trip): giving them back could create capacity
+	// that one shared bucket would not have had (see the package
+	// documentation, Bounds). With Returned, Lost and Dropped they
+	// account for every unit leased: after Close, Leased = the units
+	// handed out from leases + Returned + Lost + Dropped + Drained.
+	Drained uint64
 	// Held is the number of units in this instance's leases now, live or
 	// ended and not yet returned.
 	Held int64
@@ -869,6 +910,7 @@ func (s *Store) Stats() Stats {
 		Returned:     s.returned.Load(),
 		Lost:         s.lost.Load(),
 		Dropped:      s.dropped.Load(),
+		Drained:      s.drained.Load(),
 		Keys:         s.keys.Load(),
 	}
 	for i := range s.shards {

@@ -48,21 +48,52 @@ func TestHotKeyLeases(t *testing.T) {
 	st := f.stores[0].Stats()
 	require.Equal(t, lease.Stats{Local: 10, Passed: 9, Refills: 2, BackingTakes: 2, Leased: 20, Held: 10, Keys: 1}, st)
 
-	// At t0+100ms the lease (sent at t0) has ended: Expire gives its 10
-	// units back. The backing store refilled 10 units meanwhile (100 ms at
-	// 10 ms per unit): 31 charged − 10 refilled − 10 returned = 11 in
-	// use, Remaining 89: exactly one shared bucket's state after the 21
-	// admitted requests.
+	// At t0+100ms the lease (sent at t0) has ended with 10 units. In the
+	// 100 ms they were held the backing bucket refilled 10 units (10 ms
+	// per unit): had nothing else been charged, the 10 drained out of it,
+	// and giving them back would credit capacity one shared bucket never
+	// had (see TestBucketBoundWithIdleLeases). So none is sent: Drained
+	// 10. The backing store: 31 charged − 10 refilled = 21 in use,
+	// Remaining 79 (one shared bucket would say 89 if this instance were
+	// alone; it cannot know that).
 	f.at(ms(100))
 	f.expire(0)
 	got := f.peek("k", l)
-	require.Equal(t, int64(89), got.Remaining)
-	require.Equal(t, ms(110), got.Reset)
-	require.Equal(t, int64(21), f.backing.chargedTo("k", l))
+	require.Equal(t, int64(79), got.Remaining)
+	require.Equal(t, ms(210), got.Reset)
+	require.Equal(t, int64(31), f.backing.chargedTo("k", l))
 	st = f.stores[0].Stats()
-	require.Equal(t, uint64(1), st.Returns)
-	require.Equal(t, uint64(10), st.Returned)
+	require.Equal(t, uint64(0), st.Returns)
+	require.Equal(t, uint64(0), st.Returned)
+	require.Equal(t, uint64(10), st.Drained)
 	require.Equal(t, int64(0), st.Held)
+}
+
+// TestBucketReturnLessDrained: a bucket lease's unused units go back less
+// those the backing bucket refilled while they were held, Rate × the time
+// since the lease's Take was sent (rounded up to whole units); a window's
+// go back whole (its refund is dated, and exact).
+//
+// PerSecond(100): 10 ms per unit; hot at once, leases ≤ 50 units.
+func TestBucketReturnLessDrained(t *testing.T) {
+	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(0.5))
+	l := ptr(ratelimit.PerSecond(100))
+	w := ptr(ratelimit.PerSecond(100).WithAlgorithm(ratelimit.SlidingWindow).Named("w"))
+	// At t0 a request of 40 leases 41 more (its demand + 1), of each.
+	require.True(t, f.take1(0, "b", l, 40).Allowed)
+	require.True(t, f.take1(0, "w", w, 40).Allowed)
+	require.Equal(t, int64(82), f.stores[0].Stats().Held)
+	// At t0+95ms Close gives them back: 95 ms is 9.5 units' refill, so
+	// 10 of the bucket's 41 count as drained and 31 go back; the sliding
+	// window's 41 go back whole, dated t0.
+	f.at(ms(95))
+	require.NoError(t, f.stores[0].Close())
+	st := f.stores[0].Stats()
+	require.Equal(t, uint64(10), st.Drained)
+	require.Equal(t, uint64(31+41), st.Returned)
+	require.Equal(t, int64(40+10), f.backing.chargedTo("b", l))
+	require.Equal(t, int64(40), f.backing.chargedTo("w", w))
+	require.Equal(t, st.Leased, st.Returned+st.Drained)
 }
 
 // TestStackedAllOrNothing: a stack of two hot limits on one key (hot from
@@ -310,4 +341,28 @@ func TestWindowLeaseSizedToTheWindowLeft(t *testing.T) {
 	require.Equal(t, uint64(2), st.Dropped)
 	require.Equal(t, []int64{2, 52}, costs, "no call")
 	require.Equal(t, int64(6000), f.peek("k", l).Remaining)
+}
+
+// TestResetAgesLocalUse: a local decision's Reset is one shared bucket's
+// on one instance, also when time passes between the uses: the units
+// handed out from a lease refill from when they were handed out, as they
+// would in the bucket.
+//
+// PerSecond(100): 10 ms per unit; hot at once, leases ≤ 50.
+func TestResetAgesLocalUse(t *testing.T) {
+	f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(0.5))
+	l := ptr(ratelimit.PerSecond(100))
+	// At t0 a request of 10 leases 11: one shared bucket has 10 units in
+	// use, full again in 100 ms.
+	f.check(decision(l, true, 90, ms(100), 0), f.take1(0, "k", l, 10))
+	// At t0+50ms, 5 from the lease: the bucket had 5 units left in use
+	// (50 ms), now 10: 100 ms.
+	f.at(ms(50))
+	f.check(decision(l, true, 85, ms(100), 0), f.take1(0, "k", l, 5))
+	// At t0+900ms, 1 more: the bucket drained those 10 by t0+150ms, so it
+	// holds this unit alone: 10 ms. (Remaining does not count the refill
+	// since the backing store's answer, as documented: 100 − 16.)
+	f.at(ms(900))
+	f.check(decision(l, true, 84, ms(10), 0), f.take1(0, "k", l, 1))
+	require.Equal(t, 1, f.backing.calls(), "all but the first from the lease")
 }

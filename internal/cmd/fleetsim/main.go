@@ -8,7 +8,9 @@
 // It prints a table of the runs: requests, admitted by the fleet and by a
 // single global bucket deciding the same requests, the refusals that
 // bucket would have admitted, backing-store calls per decision, units
-// idle in leases, and the over-admission bound on the hottest key. The
+// idle in leases, the crashed instance's units, the units of bucket leases
+// that drained while held (not given back: see store/lease, Bounds), and
+// the over-admission bound on the hottest key. The
 // scenario is described in sim.go. The test TestSVGUpToDate fails when
 // the committed SVG is not what this command draws.
 package main
@@ -65,12 +67,12 @@ func lifetimeName(l time.Duration) string {
 }
 
 func table(runs []*Run) string {
-	s := fmt.Sprintf("%-9s %8s %8s %8s %7s %6s %9s %7s %5s %13s %10s\n",
-		"lifetime", "requests", "admitted", "global", "missed", "extra", "calls/dec", "maxHeld", "lost", "hot 1s span", "overcharge")
+	s := fmt.Sprintf("%-9s %8s %8s %8s %7s %6s %9s %7s %5s %8s %13s %10s\n",
+		"lifetime", "requests", "admitted", "global", "missed", "extra", "calls/dec", "maxHeld", "lost", "drained", "hot 1s span", "overcharge")
 	for _, r := range runs {
-		s += fmt.Sprintf("%-9s %8d %8d %8d %7d %6d %9.4f %7d %5d %6d ≤ %-4d %10d\n",
+		s += fmt.Sprintf("%-9s %8d %8d %8d %7d %6d %9.4f %7d %5d %8d %6d ≤ %-4d %10d\n",
 			lifetimeName(r.Lifetime), r.Requests, r.Admitted, r.Global, r.Missed, r.Extra, r.CallsPerDecision(),
-			r.MaxHeld, r.Lost, r.Span, r.SpanBound, r.OverCharged)
+			r.MaxHeld, r.Lost, r.Stats.Drained, r.Span, r.SpanBound, r.OverCharged)
 	}
 	return s
 }

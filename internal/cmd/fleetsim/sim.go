@@ -294,6 +294,8 @@ func simulate(life time.Duration) (*Run, error) {
 		run.Stats.BackingTakes += x.BackingTakes
 		run.Stats.Returns += x.Returns
 		run.Stats.Dropped += x.Dropped
+		run.Stats.Drained += x.Drained
+		run.Stats.Lost += x.Lost
 		run.Stats.Leased += x.Leased
 		run.Stats.Returned += x.Returned
 	}
