@@ -32,9 +32,10 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // status outside 2xx (400 for a body the handler refused, 502 for a failed
 // upstream call), or a panic before any status, releases the reservation
 // of every limit with a cost function, while limits without one
-// (requests) still count the request (see WithChargeOnFailure). It is
-// safe to call from any goroutine until the handler returns; streaming
-// handlers call it once the final usage is known, before returning.
+// (requests) still count the request (see WithChargeOnFailure) unless the
+// status is a 5xx and WithRefundOnServerError is set. It is safe to call
+// from any goroutine until the handler returns; streaming handlers call it
+// once the final usage is known, before returning.
 //
 // When limiters are nested (a global limiter around a per-route one), the
 // usage is reported to each of them that has a limit of that name. For a
@@ -174,6 +175,20 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 	return s
 }
 
+// releases reports whether the settlement of a request answered with
+// status (0: unknown, or the handler returned without writing; 101: a
+// hijacked connection) releases the charge of lim when the handler
+// reported no usage for it: on a failed call (a status outside 2xx), the
+// reservation of a limit with a cost function (unless
+// WithChargeOnFailure), and on a 5xx with WithRefundOnServerError the
+// unit of a limit without one.
+func (l *Limiter) releases(lim *Limit, status int) bool {
+	if lim.cost != nil {
+		return status >= 300 && !l.chargeOnFailure
+	}
+	return status >= 500 && l.refundOnServerError
+}
+
 // settle charges or refunds the difference between the reported usage and
 // the reservation, once. The store call gets its own deadline and ignores
 // the cancellation of the request's context: a client that disconnects
@@ -184,7 +199,8 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 // before writing one — releases the reservation of every limit with a cost
 // function that got no report (unless WithChargeOnFailure): the estimate
 // is refunded in full. Limits without a cost function keep their charge (a
-// failed request is still a request), and reported usage is settled as
+// failed request is still a request) unless the status is a 5xx and
+// WithRefundOnServerError is set, and reported usage is settled as
 // reported.
 func (l *Limiter) settle(s *reqState) {
 	s.mu.Lock()
@@ -193,15 +209,14 @@ func (l *Limiter) settle(s *reqState) {
 		return
 	}
 	s.settled = true
-	failed := false
+	status := 0 // unknown: nothing is released
 	if s.watch {
-		status := s.rw.status
+		status = s.rw.status
 		if status == 0 && !s.returned {
 			status = http.StatusInternalServerError // panicked before answering
 		}
 		// 0: the handler returned without writing (200); 101: a hijacked
 		// connection; else a final status ≥ 200.
-		failed = status >= 300
 	}
 	n, released := 0, false
 	for i, rep := range s.reported {
@@ -209,7 +224,7 @@ func (l *Limiter) settle(s *reqState) {
 			continue // not charged: a shadow limit that refused
 		}
 		lim := &s.set.limits[i]
-		if rep < 0 && failed && lim.cost != nil {
+		if rep < 0 && l.releases(lim, status) {
 			rep, released = 0, true
 		}
 		if rep >= 0 && rep != s.costs[i] {

@@ -168,7 +168,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		writeEnded(w)
 		return
 	}
-	if set.hasCost && !l.chargeOnFailure {
+	if set.hasCost && !l.chargeOnFailure || l.refundOnServerError {
 		// Watch the status, to release the reservation of a failed call.
 		s.rw.ResponseWriter, s.watch = w, true
 		w = &s.rw

@@ -183,6 +183,72 @@ func TestFailedCallReleasesTheReservation(t *testing.T) {
 	})
 }
 
+// WithRefundOnServerError makes a failed call free on every limit: the
+// request's unit of "requests" is refunded too, on 5xx and on a panic
+// before any status, but not on a 4xx (the client's mistake; its tokens
+// are released as without the option) nor when the handler answered.
+func TestRefundOnServerError(t *testing.T) {
+	type outcome struct {
+		adjust   []int64 // the one Adjust call's deltas, requests then tokens (none: nil)
+		left     []int64 // requests and tokens left afterwards
+		released uint64
+	}
+	tests := []struct {
+		name    string
+		usage   int64
+		handler func(w http.ResponseWriter, r *http.Request)
+		want    outcome
+	}{
+		// 1 request and 1,000 tokens charged, both refunded: the key is
+		// back at 60 and 100,000.
+		{"502 without report", -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) },
+			outcome{[]int64{-1, -1000}, []int64{60, 100_000}, 1}},
+		{"panic before answering", -1, func(http.ResponseWriter, *http.Request) { panic("boom") },
+			outcome{[]int64{-1, -1000}, []int64{60, 100_000}, 1}},
+		// The tokens reported (300 of the 1,000) are settled as reported.
+		{"500 with report", 300, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) },
+			outcome{[]int64{-1, -700}, []int64{60, 99_700}, 1}},
+		// A 4xx releases the tokens (see WithChargeOnFailure) but the
+		// request still counts: the client's mistake is not a server error.
+		{"400", -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) },
+			outcome{[]int64{-1000}, []int64{59, 100_000}, 1}},
+		{"200", 1000, nil, outcome{nil, []int64{59, 99_000}, 0}},
+	}
+	onEachStore(t, func(t *testing.T, f storeFactory) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				lim, store, _ := newLimiterOn(t, f, aiLimits(), ratelimit.WithRefundOnServerError())
+				func() {
+					defer func() { _ = recover() }()
+					serve(lim.Handler(reporting(t, tt.usage, tt.handler)), request("POST", "/", "k", 1000))
+				}()
+				var got outcome
+				adjusts := store.Adjusts()
+				require.LessOrEqual(t, len(adjusts), 1)
+				for _, a := range adjusts {
+					for _, r := range a.Reqs {
+						got.adjust = append(got.adjust, r.Cost)
+					}
+				}
+				got.left = peek(t, store.Store, "k", lim.Limits()...)
+				got.released = lim.Stats().Released
+				assert.Equal(t, tt.want, got)
+			})
+		}
+	})
+
+	// Limits without a cost function alone are refunded too.
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.PerMinute(60).Named("requests")), ratelimit.WithRefundOnServerError())
+	w := serve(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })),
+		request("POST", "/", "k", -1))
+	require.Equal(t, http.StatusBadGateway, w.Code)
+	assert.Equal(t, []int64{60}, peek(t, store.Store, "k", lim.Limits()...))
+
+	_, err := ratelimit.New(newStore(t, time.Now), aiLimits(), ratelimit.WithRefundOnServerError(), ratelimit.WithChargeOnFailure())
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.EqualError(t, err, "ratelimit: invalid configuration: WithChargeOnFailure and WithRefundOnServerError exclude each other")
+}
+
 // barrier holds admitted handlers until n requests have been decided, so
 // that every decision of a wave is made while all its admitted requests
 // are in flight: the worst case for over-admission.
