@@ -190,7 +190,8 @@ type Stats struct {
 	// CostErrors counts requests refused because a cost function failed.
 	CostErrors uint64
 	// Settled counts requests whose reported usage was settled with the
-	// store after the handler returned.
+	// store after the handler returned, or whose failed call's release
+	// was settled when the handler wrote its status.
 	Settled uint64
 	// ShadowLimited counts requests admitted although a shadow limit
 	// (Limit.Shadow) refused them: the extra refusals that enforcing the
