@@ -43,6 +43,16 @@ import (
 // DefaultMaxRetryWait (WithMaxRetryWait sets another) or the request can
 // never fit (413), so that an SDK gives up at once rather than sleeping
 // past what its caller expects. WithoutRetryHeaders leaves both out.
+//
+// The fields go out with the response's header, before the handler's
+// first byte, so on an admitted request they describe the state with the
+// request's reservation. When the handler writes a failing status before
+// any byte (a 502 from an unavailable upstream, a 400 for a body it
+// refused), the middleware releases the reservations first and writes the
+// fields again: they then describe the state after the release (tokens
+// given back; the request itself still counts unless
+// ratelimit.WithRefundOnServerError, for a 5xx). Once a stream's first
+// byte is out, a later failure cannot change them.
 func OpenAIHeaders(opts ...HeaderOption) ratelimit.HeaderWriter {
 	return openAIHeaders{newRetryHints(opts)}
 }
