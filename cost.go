@@ -195,10 +195,15 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 // unit of a limit without one.
 func (l *Limiter) releases(lim *Limit, status int) bool {
 	if lim.cost != nil {
-		return status >= 300 && !l.chargeOnFailure
+		return failedStatus(status) && !l.chargeOnFailure
 	}
 	return status >= 500 && l.refundOnServerError
 }
+
+// failedStatus reports whether a response status (0: unknown) makes the
+// call a failed one (outside 2xx; 101 counts as served), whose charges
+// releases may release.
+func failedStatus(status int) bool { return status >= 300 }
 
 // releaseEarly runs when the handler of an admitted, watched request
 // writes its final status, before the status leaves. When that status
@@ -216,6 +221,9 @@ func (l *Limiter) releases(lim *Limit, status int) bool {
 // the 65th on are released by settle only.
 func (l *Limiter) releaseEarly(s *reqState) {
 	status := s.rw.status
+	if !failedStatus(status) {
+		return // the common case: nothing to release, no lock taken
+	}
 	s.mu.Lock()
 	if s.settled || s.bypassed || s.set == nil {
 		s.mu.Unlock()
