@@ -217,10 +217,28 @@ func clampCount(n json.Number) int64 {
 }
 
 // mayHaveUsage is a fast filter for the data of stream events, most of
-// which carry no usage: false only when data cannot hold a "usage" member.
-// (Inside a JSON string the word is escaped as \"usage\", which does not
-// match.)
-func mayHaveUsage(data []byte) bool { return bytes.Contains(data, []byte(`"usage"`)) }
+// which carry no usage: false only when data cannot hold a "usage" member
+// whose value is not null. (Inside a JSON string the word is escaped as
+// \"usage\", which does not match; a Chat Completions stream with
+// include_usage sends "usage":null in every chunk but the last, which
+// this skips without parsing.)
+func mayHaveUsage(data []byte) bool {
+	key := []byte(`"usage"`)
+	for {
+		i := bytes.Index(data, key)
+		if i < 0 {
+			return false
+		}
+		data = bytes.TrimLeft(data[i+len(key):], " \t\r\n")
+		if len(data) == 0 || data[0] != ':' {
+			continue // "usage" as a value, not a member name
+		}
+		data = bytes.TrimLeft(data[1:], " \t\r\n")
+		if !bytes.HasPrefix(data, []byte("null")) {
+			return true
+		}
+	}
+}
 
 // openAIUsage is the usage object of the OpenAI APIs: Chat Completions
 // and Completions (prompt_tokens, completion_tokens,

@@ -162,6 +162,10 @@ func TestParseOpenAIUsage(t *testing.T) {
 		{`{"choices":[{"delta":{"content":"hi"}}]}`, llm.Usage{}, false},
 		{`{"choices":[{"delta":{"content":"the \"usage\" word"}}]}`, llm.Usage{}, false},
 		{`{"usage":null}`, llm.Usage{}, false},
+		// The fast filter skips "usage": null and "usage" as a value, but
+		// not a usage object after either, whatever the spacing.
+		{`{"kind":"usage","usage" : null, "response": {"usage"` + "\n\t: " + `{"input_tokens":2,"output_tokens":1}}}`, llm.Usage{Input: 2, Output: 1}, true},
+		{`{"usage": nullx}`, llm.Usage{}, false},
 		{`{"usage":5}`, llm.Usage{}, false},
 		{`[DONE]`, llm.Usage{}, false},
 	}
