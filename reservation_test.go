@@ -268,7 +268,7 @@ func (s *failFirstAdjust) Adjust(ctx context.Context, reqs []ratelimit.Request, 
 	return s.Store.Adjust(ctx, reqs, out)
 }
 
-// A failed call's release is made when the handler writes the 5xx status,
+// A failed call's release is made when the handler writes its status,
 // so the rate-limit fields of the response describe the state after it.
 // 60 requests per minute and 1,000 tokens per minute (tpm), 400 tokens
 // reserved: a 200 shows the reservation, r=600; a 502 shows the tokens
@@ -291,6 +291,11 @@ func TestFailedCallFieldsShowTheRelease(t *testing.T) {
 	}{
 		{"200", nil, okHandler, `"requests";r=59;t=1, "tokens";r=600;t=1`, "600", []int64{59, 600}},
 		{"502", nil, status(http.StatusBadGateway), `"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 1000}},
+		// A 400 for a body the handler refused releases the tokens too
+		// (any status outside 2xx, see WithChargeOnFailure).
+		{"400", nil, status(http.StatusBadRequest), `"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 1000}},
+		{"400 refunding requests", []ratelimit.Option{ratelimit.WithRefundOnServerError()}, status(http.StatusBadRequest),
+			`"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 1000}},
 		{"502 refunding requests", []ratelimit.Option{ratelimit.WithRefundOnServerError()}, status(http.StatusBadGateway),
 			`"requests";r=60;t=1, "tokens";r=1000;t=1`, "60", []int64{60, 1000}},
 		{"502 charged", []ratelimit.Option{ratelimit.WithChargeOnFailure()}, status(http.StatusBadGateway),
