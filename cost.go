@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -32,9 +33,10 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // status outside 2xx (400 for a body the handler refused, 502 for a failed
 // upstream call), or a panic before any status, releases the reservation
 // of every limit with a cost function, while limits without one
-// (requests) still count the request (see WithChargeOnFailure). It is
-// safe to call from any goroutine until the handler returns; streaming
-// handlers call it once the final usage is known, before returning.
+// (requests) still count the request (see WithChargeOnFailure) unless the
+// status is a 5xx and WithRefundOnServerError is set. It is safe to call
+// from any goroutine until the handler returns; streaming handlers call it
+// once the final usage is known, before returning.
 //
 // When limiters are nested (a global limiter around a per-route one), the
 // usage is reported to each of them that has a limit of that name. For a
@@ -132,6 +134,11 @@ type reqState struct {
 	rw       statusWriter
 	watch    bool
 	returned bool // the handler returned (rather than panicking)
+	nested   bool // an inner limiter's state has this one as parent
+
+	// earlyReleased has bit i set when limit i's charge was released at
+	// the failing status (releaseEarly): settle then counts it as 0.
+	earlyReleased uint64
 
 	mu       sync.Mutex
 	settled  bool
@@ -157,6 +164,11 @@ func (s *reqState) Value(key any) any {
 func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *reqState {
 	s := &reqState{Context: ctx, lim: l, key: key, set: set}
 	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
+	if p := s.parent; p != nil {
+		p.mu.Lock()
+		p.nested = true
+		p.mu.Unlock()
+	}
 	n := 0
 	if set != nil {
 		n = len(set.limits)
@@ -174,6 +186,122 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 	return s
 }
 
+// releases reports whether the settlement of a request answered with
+// status (0: unknown, or the handler returned without writing; 101: a
+// hijacked connection) releases the charge of lim when the handler
+// reported no usage for it: on a failed call (a status outside 2xx), the
+// reservation of a limit with a cost function (unless
+// WithChargeOnFailure), and on a 5xx with WithRefundOnServerError the
+// unit of a limit without one.
+func (l *Limiter) releases(lim *Limit, status int) bool {
+	if lim.cost != nil {
+		return failedStatus(status) && !l.chargeOnFailure
+	}
+	return status >= 500 && l.refundOnServerError
+}
+
+// failedStatus reports whether a response status (0: unknown) makes the
+// call a failed one (outside 2xx; 101 counts as served), whose charges
+// releases may release.
+func failedStatus(status int) bool { return status >= 300 }
+
+// releaseEarly runs when the handler of an admitted, watched request
+// writes its final status, before the status leaves. When that status
+// releases charges (a failed call, see releases), the release that settle
+// would make once the handler returns is made now, in one Adjust, and the
+// rate-limit fields are written again with the released limits' decisions
+// from the store's answer (the others keep their admission decisions): a
+// 502's x-ratelimit-remaining-tokens then shows the tokens it gave back,
+// not the reservation refunded a moment later. Usage reported after the
+// status is settled when the handler returns, against what is then still
+// charged. If the Adjust fails, nothing changes and settle tries the
+// release again. With nested Limiters, only the innermost one rewrites
+// (see rewriteFields): an outer Limiter's release happens all the same,
+// but its members of the fields keep their admission values. Limits from
+// the 65th on are released by settle only.
+func (l *Limiter) releaseEarly(s *reqState) {
+	status := s.rw.status
+	if !failedStatus(status) {
+		return // the common case: nothing to release, no lock taken
+	}
+	s.mu.Lock()
+	if s.settled || s.bypassed || s.set == nil {
+		s.mu.Unlock()
+		return
+	}
+	var reqs []Request
+	var idx []int
+	for i := range s.reported {
+		lim := &s.set.limits[i]
+		if i >= 64 || !s.out[i].Allowed || s.reported[i] >= 0 || s.costs[i] == 0 || !l.releases(lim, status) {
+			continue
+		}
+		reqs = append(reqs, Request{Key: s.key, Limit: lim, Cost: -s.costs[i], At: s.out[i].At})
+		idx = append(idx, i)
+		s.earlyReleased |= 1 << i
+	}
+	nested := s.nested
+	s.mu.Unlock()
+	if len(reqs) == 0 {
+		return
+	}
+	out := make([]Decision, len(reqs))
+	if l.call(context.WithoutCancel(s.Context), OpAdjust, reqs, out) != nil {
+		s.mu.Lock()
+		for _, i := range idx {
+			s.earlyReleased &^= 1 << i
+		}
+		s.mu.Unlock()
+		return // counted and reported by call
+	}
+	l.stats.released.Add(1)
+	l.stats.settled.Add(1)
+	if nested {
+		return // an inner Limiter's fields come last: leave them
+	}
+	ds := append([]Decision(nil), s.out...) // s.out may be kept by hooks
+	for j, i := range idx {
+		ds[i] = out[j]
+	}
+	l.rewriteFields(s, resultOf(s.out), resultOf(ds))
+}
+
+// rewriteFields replaces, in the response of s (whose Limiter is the
+// innermost the request passed), the rate-limit fields written at
+// admission from was with those of now: this Limiter's members of
+// RateLimit (the end of the joined list; RateLimit-Policy does not
+// change), X-RateLimit-* rebuilt across the Limiters of the request as
+// at admission (outermost first, the enclosing ones from their admission
+// decisions), and the other writers' fields (which set, not add).
+func (l *Limiter) rewriteFields(s *reqState, was, now Result) {
+	h, w := s.rw.Header(), l.headers
+	if w.style&HeadersIETF != 0 && s.set.policy != "" {
+		shadow := w.style&HeadersShadow != 0
+		old := string(appendRateLimit(nil, &was, shadow))
+		if v := h["Ratelimit"]; len(v) == 1 && strings.HasSuffix(v[0], old) {
+			h["Ratelimit"] = []string{v[0][:len(v[0])-len(old)] + string(appendRateLimit(nil, &now, shadow))}
+		}
+	}
+	if w.style&HeadersXRateLimit != 0 {
+		var chain []*reqState
+		for p := s.parent; p != nil; p = p.parent {
+			chain = append(chain, p)
+		}
+		delete(h, "X-Ratelimit-Limit")
+		delete(h, "X-Ratelimit-Remaining")
+		delete(h, "X-Ratelimit-Reset")
+		for i := len(chain) - 1; i >= 0; i-- {
+			if p := chain[i]; p.set != nil && !p.bypassed && p.lim.headers.style&HeadersXRateLimit != 0 {
+				writeXRateLimit(h, resultOf(p.out))
+			}
+		}
+		writeXRateLimit(h, now)
+	}
+	for _, o := range w.others {
+		o.WriteHeaders(h, now)
+	}
+}
+
 // settle charges or refunds the difference between the reported usage and
 // the reservation, once. The store call gets its own deadline and ignores
 // the cancellation of the request's context: a client that disconnects
@@ -184,7 +312,8 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 // before writing one — releases the reservation of every limit with a cost
 // function that got no report (unless WithChargeOnFailure): the estimate
 // is refunded in full. Limits without a cost function keep their charge (a
-// failed request is still a request), and reported usage is settled as
+// failed request is still a request) unless the status is a 5xx and
+// WithRefundOnServerError is set, and reported usage is settled as
 // reported.
 func (l *Limiter) settle(s *reqState) {
 	s.mu.Lock()
@@ -193,15 +322,14 @@ func (l *Limiter) settle(s *reqState) {
 		return
 	}
 	s.settled = true
-	failed := false
+	status := 0 // unknown: nothing is released
 	if s.watch {
-		status := s.rw.status
+		status = s.rw.status
 		if status == 0 && !s.returned {
 			status = http.StatusInternalServerError // panicked before answering
 		}
 		// 0: the handler returned without writing (200); 101: a hijacked
 		// connection; else a final status ≥ 200.
-		failed = status >= 300
 	}
 	n, released := 0, false
 	for i, rep := range s.reported {
@@ -209,13 +337,17 @@ func (l *Limiter) settle(s *reqState) {
 			continue // not charged: a shadow limit that refused
 		}
 		lim := &s.set.limits[i]
-		if rep < 0 && failed && lim.cost != nil {
-			rep, released = 0, true
+		held := s.costs[i] // what the store holds for the request
+		if i < 64 && s.earlyReleased&(1<<i) != 0 {
+			held = 0
 		}
-		if rep >= 0 && rep != s.costs[i] {
+		if rep < 0 && l.releases(lim, status) {
+			rep, released = 0, released || held != 0
+		}
+		if rep >= 0 && rep != held {
 			// At: when the reservation was charged, so that window
 			// algorithms settle in the window that was charged.
-			s.reqs[n] = Request{Key: s.key, Limit: lim, Cost: rep - s.costs[i], At: s.out[i].At}
+			s.reqs[n] = Request{Key: s.key, Limit: lim, Cost: rep - held, At: s.out[i].At}
 			n++
 		}
 	}
@@ -229,5 +361,7 @@ func (l *Limiter) settle(s *reqState) {
 	if l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], make([]Decision, n)) != nil {
 		return // counted and reported by call
 	}
-	l.stats.settled.Add(1)
+	if s.earlyReleased == 0 { // else counted by releaseEarly
+		l.stats.settled.Add(1)
+	}
 }

@@ -25,12 +25,13 @@ type Limiter struct {
 	hooks   Hooks
 	stats   counters
 
-	set             *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
-	limitsFunc      LimitsFunc
-	clampPPM        int64
-	chargeOnFailure bool
-	quotaThreshold  time.Duration
-	quotaStatus     int
+	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
+	limitsFunc          LimitsFunc
+	clampPPM            int64
+	chargeOnFailure     bool
+	refundOnServerError bool
+	quotaThreshold      time.Duration
+	quotaStatus         int
 	// requestError is ErrorFormat.RequestError (WithErrorFormat), or nil
 	// for the problem details of writeCostError and limitsError.
 	requestError func(w http.ResponseWriter, r *http.Request, limit string, err error)
@@ -98,6 +99,10 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 	if c.skipKeyErr && c.keyErr != nil {
 		return nil, fmt.Errorf("%w: WithSkipOnKeyError and WithKeyErrorHandler exclude each other", ErrInvalidConfig)
 	}
+	if c.chargeOnFailure && c.refundOnServerError {
+		// Both decide the reservations of a 5xx: one keeps, one refunds.
+		return nil, fmt.Errorf("%w: WithChargeOnFailure and WithRefundOnServerError exclude each other", ErrInvalidConfig)
+	}
 	l := &Limiter{
 		store:   store,
 		limits:  c.limits,
@@ -111,13 +116,14 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		sleep:   sleep,
 		now:     time.Now,
 
-		set:             set,
-		limitsFunc:      c.limitsFunc,
-		clampPPM:        c.clampPPM,
-		chargeOnFailure: c.chargeOnFailure,
-		quotaThreshold:  c.quotaThreshold,
-		quotaStatus:     c.quotaStatus,
-		requestError:    c.format.RequestError,
+		set:                 set,
+		limitsFunc:          c.limitsFunc,
+		clampPPM:            c.clampPPM,
+		chargeOnFailure:     c.chargeOnFailure,
+		refundOnServerError: c.refundOnServerError,
+		quotaThreshold:      c.quotaThreshold,
+		quotaStatus:         c.quotaStatus,
+		requestError:        c.format.RequestError,
 
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
@@ -184,7 +190,8 @@ type Stats struct {
 	// CostErrors counts requests refused because a cost function failed.
 	CostErrors uint64
 	// Settled counts requests whose reported usage was settled with the
-	// store after the handler returned.
+	// store after the handler returned, or whose failed call's release
+	// was settled when the handler wrote its status.
 	Settled uint64
 	// ShadowLimited counts requests admitted although a shadow limit
 	// (Limit.Shadow) refused them: the extra refusals that enforcing the
@@ -192,7 +199,8 @@ type Stats struct {
 	ShadowLimited uint64
 	// Released counts requests whose reservation was released because
 	// the handler failed (a status outside 2xx, or a panic) without
-	// reporting usage (see WithChargeOnFailure).
+	// reporting usage (see WithChargeOnFailure and
+	// WithRefundOnServerError).
 	Released uint64
 	// PlanErrors counts requests refused because the WithLimitsFunc
 	// function failed (an unknown plan, say).

@@ -25,8 +25,10 @@ import (
 //     when it returns, panics or its client disconnects — the usage the
 //     handler reported with ReportUsage is settled with the store; a
 //     failed call (a status outside 2xx, or a panic before any status)
-//     without a report releases its estimates (see WithChargeOnFailure).
-//     With a
+//     without a report releases its estimates (see WithChargeOnFailure
+//     and WithRefundOnServerError), as soon as the handler writes the
+//     failing status when it does, so that the response's rate-limit
+//     fields show the state after the release. With a
 //     LeakyBucket limit, next runs only once the request's slot comes
 //     (Result.Delay); if the request's context ends while it waits, next
 //     never runs, its reservation is refunded and the answer is 503 with
@@ -168,9 +170,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		writeEnded(w)
 		return
 	}
-	if set.hasCost && !l.chargeOnFailure {
+	if set.hasCost && !l.chargeOnFailure || l.refundOnServerError {
 		// Watch the status, to release the reservation of a failed call.
-		s.rw.ResponseWriter, s.watch = w, true
+		s.rw.ResponseWriter, s.rw.state, s.watch = w, s, true
 		w = &s.rw
 	}
 	next.ServeHTTP(w, r.WithContext(s))

@@ -79,12 +79,13 @@ type config struct {
 	alertInterval time.Duration
 
 	// Options for costly requests and per-request limits (plans.go).
-	limitsFunc      LimitsFunc
-	clampPPM        int64 // WithReserveClamp, parts per million; 0: none
-	chargeOnFailure bool
-	quotaThreshold  time.Duration
-	quotaStatus     int         // 0: none
-	format          ErrorFormat // WithErrorFormat
+	limitsFunc          LimitsFunc
+	clampPPM            int64 // WithReserveClamp, parts per million; 0: none
+	chargeOnFailure     bool
+	refundOnServerError bool
+	quotaThreshold      time.Duration
+	quotaStatus         int         // 0: none
+	format              ErrorFormat // WithErrorFormat
 }
 
 // WithKey sets the key function, which names who pays for a request:
@@ -312,13 +313,38 @@ func WithReserveClamp(fraction float64) Option {
 // function, because a request the handler refused, or whose upstream call
 // failed, usually consumed no tokens; limits without a cost function
 // (requests) are charged either way, as the OpenAI API counts failed
-// requests. A handler that returns without writing anything answers 200,
+// requests (unless WithRefundOnServerError, for a 5xx). A handler that returns without writing anything answers 200,
 // and a hijacked connection (101 Switching Protocols) counts as served:
 // both keep their reservation. Usage reported with ReportUsage is settled
 // as reported in every case. Releases count in Stats.Released.
 func WithChargeOnFailure() Option {
 	return func(c *config) error {
 		c.chargeOnFailure = true
+		return nil
+	}
+}
+
+// WithRefundOnServerError makes a failed call free: a request whose
+// handler answered with a 5xx status, or panicked before writing one, is
+// refunded on every limit without a usage report — the unit each limit
+// without a cost function (requests) charged, as well as the reservations
+// of the limits with one — as if it had not been admitted. Usage reported
+// with ReportUsage is still settled as reported. Refunds count in
+// Stats.Released.
+//
+// By default a failed call still costs one unit of each requests limit:
+// the OpenAI API counts failed requests too, and a client retrying a
+// failing upstream spends its requests budget as it goes, which bounds
+// the retries a broken upstream receives (the OpenAI SDKs retry a 5xx
+// twice, so one call that keeps failing spends 3 requests). Choose this
+// option when the failure is yours and clients should not pay for it; the
+// retries of a failing upstream are then limited only by the limits a
+// failure still charges (usage reported, or WithChargeOnFailure). It
+// cannot be combined with WithChargeOnFailure, which keeps the
+// reservations this option refunds.
+func WithRefundOnServerError() Option {
+	return func(c *config) error {
+		c.refundOnServerError = true
 		return nil
 	}
 }

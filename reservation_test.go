@@ -183,6 +183,172 @@ func TestFailedCallReleasesTheReservation(t *testing.T) {
 	})
 }
 
+// WithRefundOnServerError makes a failed call free on every limit: the
+// request's unit of "requests" is refunded too, on 5xx and on a panic
+// before any status, but not on a 4xx (the client's mistake; its tokens
+// are released as without the option) nor when the handler answered.
+func TestRefundOnServerError(t *testing.T) {
+	type outcome struct {
+		calls    int     // Adjust calls
+		adjust   []int64 // their deltas, in order (none: nil)
+		left     []int64 // requests and tokens left afterwards
+		released uint64
+		settled  uint64
+	}
+	tests := []struct {
+		name    string
+		usage   int64
+		handler func(w http.ResponseWriter, r *http.Request)
+		want    outcome
+	}{
+		// 1 request and 1,000 tokens charged, both refunded (in one
+		// Adjust, when the status is written): the key is back at 60 and
+		// 100,000.
+		{"502 without report", -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) },
+			outcome{1, []int64{-1, -1000}, []int64{60, 100_000}, 1, 1}},
+		{"panic before answering", -1, func(http.ResponseWriter, *http.Request) { panic("boom") },
+			outcome{1, []int64{-1, -1000}, []int64{60, 100_000}, 1, 1}},
+		// The tokens reported (300 of the 1,000) are settled as reported
+		// when the handler returns; the request's unit was released at
+		// the status: two Adjusts, one settled request.
+		{"500 with report", 300, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) },
+			outcome{2, []int64{-1, -700}, []int64{60, 99_700}, 1, 1}},
+		// A 4xx releases the tokens (see WithChargeOnFailure) but the
+		// request still counts: the client's mistake is not a server error.
+		{"400", -1, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadRequest) },
+			outcome{1, []int64{-1000}, []int64{59, 100_000}, 1, 1}},
+		{"200", 1000, nil, outcome{0, nil, []int64{59, 99_000}, 0, 0}},
+	}
+	onEachStore(t, func(t *testing.T, f storeFactory) {
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				lim, store, _ := newLimiterOn(t, f, aiLimits(), ratelimit.WithRefundOnServerError())
+				func() {
+					defer func() { _ = recover() }()
+					serve(lim.Handler(reporting(t, tt.usage, tt.handler)), request("POST", "/", "k", 1000))
+				}()
+				var got outcome
+				adjusts := store.Adjusts()
+				got.calls = len(adjusts)
+				for _, a := range adjusts {
+					for _, r := range a.Reqs {
+						got.adjust = append(got.adjust, r.Cost)
+					}
+				}
+				got.left = peek(t, store.Store, "k", lim.Limits()...)
+				got.released, got.settled = lim.Stats().Released, lim.Stats().Settled
+				assert.Equal(t, tt.want, got)
+			})
+		}
+	})
+
+	// Limits without a cost function alone are refunded too.
+	lim, store, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.PerMinute(60).Named("requests")), ratelimit.WithRefundOnServerError())
+	w := serve(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })),
+		request("POST", "/", "k", -1))
+	require.Equal(t, http.StatusBadGateway, w.Code)
+	assert.Equal(t, []int64{60}, peek(t, store.Store, "k", lim.Limits()...))
+
+	_, err := ratelimit.New(newStore(t, time.Now), aiLimits(), ratelimit.WithRefundOnServerError(), ratelimit.WithChargeOnFailure())
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidConfig)
+	assert.EqualError(t, err, "ratelimit: invalid configuration: WithChargeOnFailure and WithRefundOnServerError exclude each other")
+}
+
+// failFirstAdjust fails the first Adjust call, then passes the others to
+// Store.
+type failFirstAdjust struct {
+	ratelimit.Store
+	failed atomic.Bool
+}
+
+func (s *failFirstAdjust) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	if s.failed.CompareAndSwap(false, true) {
+		return errStoreDown
+	}
+	return s.Store.Adjust(ctx, reqs, out)
+}
+
+// A failed call's release is made when the handler writes its status,
+// so the rate-limit fields of the response describe the state after it.
+// 60 requests per minute and 1,000 tokens per minute (tpm), 400 tokens
+// reserved: a 200 shows the reservation, r=600; a 502 shows the tokens
+// back, r=1000, and the requests limit still charged (r=59) unless
+// WithRefundOnServerError. (t is the draft's effective window of the r
+// announced, 1s for these token buckets: see HeadersIETF.)
+func TestFailedCallFieldsShowTheRelease(t *testing.T) {
+	limits := ratelimit.WithLimits(ratelimit.PerMinute(60).Named("requests"), tpm())
+	styles := ratelimit.WithHeaders(ratelimit.HeadersIETF | ratelimit.HeadersXRateLimit)
+	status := func(code int) http.HandlerFunc {
+		return func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(code) }
+	}
+	for _, tt := range []struct {
+		name      string
+		opts      []ratelimit.Option
+		handler   http.Handler
+		rateLimit string
+		xRemain   string
+		left      []int64
+	}{
+		{"200", nil, okHandler, `"requests";r=59;t=1, "tokens";r=600;t=1`, "600", []int64{59, 600}},
+		{"502", nil, status(http.StatusBadGateway), `"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 1000}},
+		// A 400 for a body the handler refused releases the tokens too
+		// (any status outside 2xx, see WithChargeOnFailure).
+		{"400", nil, status(http.StatusBadRequest), `"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 1000}},
+		{"400 refunding requests", []ratelimit.Option{ratelimit.WithRefundOnServerError()}, status(http.StatusBadRequest),
+			`"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 1000}},
+		{"502 refunding requests", []ratelimit.Option{ratelimit.WithRefundOnServerError()}, status(http.StatusBadGateway),
+			`"requests";r=60;t=1, "tokens";r=1000;t=1`, "60", []int64{60, 1000}},
+		{"502 charged", []ratelimit.Option{ratelimit.WithChargeOnFailure()}, status(http.StatusBadGateway),
+			`"requests";r=59;t=1, "tokens";r=600;t=1`, "600", []int64{59, 600}},
+		// Usage reported before the status is not a release: the fields
+		// show the reservation, and the 100 used are settled at the end.
+		{"502 with report", nil, reporting(t, 100, status(http.StatusBadGateway)),
+			`"requests";r=59;t=1, "tokens";r=600;t=1`, "600", []int64{59, 900}},
+		// Usage reported after the released status is charged in full
+		// when the handler returns: 1,000 − 300.
+		{"502 then report", nil, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusBadGateway)
+			require.NoError(t, ratelimit.ReportUsage(r.Context(), "tokens", 300))
+		}), `"requests";r=59;t=1, "tokens";r=1000;t=1`, "59", []int64{59, 700}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lim, store, _ := newLimiter(t, append([]ratelimit.Option{limits, styles}, tt.opts...)...)
+			w := serve(lim.Handler(tt.handler), request("POST", "/", "k", 400))
+			assert.Equal(t, tt.rateLimit, w.Header().Get("RateLimit"))
+			assert.Equal(t, tt.xRemain, w.Header().Get("X-RateLimit-Remaining"))
+			assert.Equal(t, tt.left, peek(t, store.Store, "k", lim.Limits()...))
+		})
+	}
+
+	// The store fails the early release: the fields stay as admitted, and
+	// the settlement releases the tokens when the handler returns.
+	clock := newClock()
+	store := &failFirstAdjust{Store: newStore(t, clock.Now)}
+	lim, err := ratelimit.New(store, limits, styles, ratelimit.WithKey(ratelimit.KeyByAPIKey()), ratelimit.WithStoreTimeout(time.Minute))
+	require.NoError(t, err)
+	w := serve(lim.Handler(status(http.StatusBadGateway)), request("POST", "/", "k", 400))
+	assert.Equal(t, `"requests";r=59;t=1, "tokens";r=600;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, []int64{59, 1000}, peek(t, store.Store, "k", lim.Limits()...))
+	assert.Equal(t, uint64(1), lim.Stats().StoreErrors)
+	assert.Equal(t, uint64(1), lim.Stats().Released)
+	assert.Equal(t, uint64(1), lim.Stats().Settled)
+
+	// Nested Limiters: the fields join the outer's members and the
+	// inner's. Both release their reservations; the inner one, the last
+	// to write, rewrites its members and X-RateLimit-* (now the outer's
+	// tokens, 600 of 1,000 the least fraction left), and the outer's
+	// members keep their admission values.
+	outer, outerStore, _ := newLimiter(t, ratelimit.WithLimits(tpm().Named("outer-tokens")), styles)
+	inner, _, _ := newLimiter(t, limits, styles)
+	w = serve(outer.Handler(inner.Handler(status(http.StatusBadGateway))), request("POST", "/", "k", 400))
+	assert.Equal(t, `"outer-tokens";r=600;t=1, "requests";r=59;t=1, "tokens";r=1000;t=1`, w.Header().Get("RateLimit"))
+	assert.Equal(t, "600", w.Header().Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "1000", w.Header().Get("X-RateLimit-Limit"))
+	assert.Equal(t, []int64{1000}, peek(t, outerStore.Store, "k", outer.Limits()...))
+	assert.Equal(t, uint64(1), outer.Stats().Released)
+	assert.Equal(t, uint64(1), inner.Stats().Released)
+}
+
 // barrier holds admitted handlers until n requests have been decided, so
 // that every decision of a wave is made while all its admitted requests
 // are in flight: the worst case for over-admission.

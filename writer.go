@@ -16,11 +16,18 @@ import (
 type statusWriter struct {
 	http.ResponseWriter
 	status int // the final status (≥ 200) written, or 0
+	// state, when set, learns the final status from WriteHeader before
+	// the status leaves: a failed call's release then goes out with the
+	// response's rate-limit fields (Limiter.releaseEarly).
+	state *reqState
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 && code >= 200 {
 		w.status = code
+		if w.state != nil {
+			w.state.lim.releaseEarly(w.state)
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -106,13 +106,19 @@ type outcome struct {
 	retryAfter string
 }
 
+// chatBody is a request body; a stream asks for the usage chunk, from
+// which sendOne reads the tokens used.
 func chatBody(model string, contentBytes int, maxTokens int64, stream bool) string {
-	b, _ := json.Marshal(chatRequest{
+	req := chatRequest{
 		Model:     model,
 		Messages:  []chatMessage{{Role: "user", Content: strings.Repeat("x", contentBytes)}},
 		MaxTokens: &maxTokens,
 		Stream:    stream,
-	})
+	}
+	if stream {
+		req.StreamOptions = &streamOptions{IncludeUsage: true}
+	}
+	b, _ := json.Marshal(req)
 	return string(b)
 }
 
@@ -163,8 +169,8 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 		sc := bufio.NewScanner(resp.Body)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			if n, ok := llm.ParseOpenAIUsage([]byte(strings.TrimPrefix(sc.Text(), "data: "))); ok {
-				o.tokens = n
+			if u, ok := llm.ParseOpenAIUsage([]byte(strings.TrimPrefix(sc.Text(), "data: "))); ok {
+				o.tokens = u.Total()
 			}
 		}
 		return o

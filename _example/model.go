@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net/http"
 	"strconv"
 	"strings"
@@ -36,10 +39,15 @@ type chatMessage struct {
 }
 
 type chatRequest struct {
-	Model     string        `json:"model"`
-	Messages  []chatMessage `json:"messages"`
-	MaxTokens *int64        `json:"max_tokens,omitempty"`
-	Stream    bool          `json:"stream,omitempty"`
+	Model         string         `json:"model"`
+	Messages      []chatMessage  `json:"messages"`
+	MaxTokens     *int64         `json:"max_tokens,omitempty"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
 }
 
 type usage struct {
@@ -99,25 +107,66 @@ func completions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// A proxy forwards the body upstream with include_usage set, so that
-	// a stream ends with a usage chunk; the fake model honours it.
-	upstream, err := llm.IncludeStreamUsage(body.Raw)
+	// a stream ends with a usage chunk (the fake model honours it), and
+	// settles the reservation to the usage the upstream reports.
+	upstreamBody, err := llm.IncludeStreamUsage(body.Raw)
 	if err != nil {
 		writeError(w, &ratelimit.StatusError{Code: http.StatusBadRequest, Message: `The request body is invalid: "stream_options" must be an object.`, Err: err})
 		return
 	}
+	upstream := fakeModel(upstreamBody, body)
+	defer upstream.Close()
+	if !body.Stream {
+		resp, err := io.ReadAll(upstream)
+		if err != nil {
+			writeError(w, &ratelimit.StatusError{Code: http.StatusBadGateway, Err: err})
+			return
+		}
+		if u, ok := llm.ParseOpenAIUsage(resp); ok {
+			if err := ratelimit.ReportUsage(r.Context(), "tokens", u.Total()); err != nil {
+				writeError(w, err)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(resp)
+		return
+	}
+	// Server-sent events: the rate-limit fields went out with the header,
+	// before the first event. CopyStream passes the upstream's events
+	// through, reads the usage from its last chunk and, when the client
+	// did not ask for that chunk, leaves it out of what the client gets.
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	var u llm.OpenAIUsage
+	err = llm.CopyStream(w, upstream, llm.StreamOptions{Usage: &u, DropUsageChunk: !body.IncludeUsage})
+	if u.Seen {
+		// Reported even when the client left mid-stream: it pays for
+		// what the upstream generated.
+		if rerr := ratelimit.ReportUsage(r.Context(), "tokens", u.Total()); rerr != nil {
+			log.Printf("reporting the usage of a stream: %v", rerr)
+		}
+	}
+	if err != nil {
+		log.Printf("streaming: %v", err)
+	}
+}
+
+// fakeModel is the demo's upstream: it answers upstreamBody, the request
+// as forwarded, with a JSON completion or, for a stream, server-sent
+// events in OpenAI's order: a first chunk with the assistant's role, one
+// chunk per word, a chunk with the finish reason, the usage chunk
+// (choices: []) when the request set stream_options.include_usage, and
+// [DONE]. The usage follows the rule above, from body (the same request,
+// parsed).
+func fakeModel(upstreamBody []byte, body *llm.OpenAIBody) io.ReadCloser {
 	var opts struct {
 		StreamOptions struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
 	}
-	_ = json.Unmarshal(upstream, &opts)
-
+	_ = json.Unmarshal(upstreamBody, &opts)
 	u, capped := usageOf(body)
-	// The real usage settles the reservation made from the estimate.
-	if err := ratelimit.ReportUsage(r.Context(), "tokens", u.TotalTokens); err != nil {
-		writeError(w, err)
-		return
-	}
 	words := make([]string, u.CompletionTokens)
 	for i := range words {
 		words[i] = "tok" + strconv.Itoa(i)
@@ -129,8 +178,7 @@ func completions(w http.ResponseWriter, r *http.Request) {
 		finish = "length"
 	}
 	if !body.Stream {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{
+		b, _ := json.Marshal(map[string]any{
 			"id": id, "object": "chat.completion", "created": created, "model": body.Model,
 			"choices": []any{map[string]any{
 				"index":         0,
@@ -139,38 +187,45 @@ func completions(w http.ResponseWriter, r *http.Request) {
 			}},
 			"usage": u,
 		})
-		return
+		return io.NopCloser(bytes.NewReader(b))
 	}
-	// Server-sent events: the rate-limit fields went out with the header,
-	// before the first event.
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
-	flusher, _ := w.(http.Flusher)
-	send := func(v any) {
-		b, _ := json.Marshal(v)
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if flusher != nil {
-			flusher.Flush()
+	// The events are written one by one through a pipe, as they would
+	// arrive from a real upstream; closing the reader (the client left)
+	// ends the writer.
+	pr, pw := io.Pipe()
+	go func() {
+		send := func(v any) error {
+			b, _ := json.Marshal(v)
+			_, err := fmt.Fprintf(pw, "data: %s\n\n", b)
+			return err
 		}
-	}
-	for i, word := range words {
-		if i > 0 {
-			word = " " + word
+		chunk := func(delta map[string]string, finish any) map[string]any {
+			return map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
+				"choices": []any{map[string]any{"index": 0, "delta": delta, "finish_reason": finish}}}
 		}
-		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
-			"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": word}}}})
-	}
-	send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
-		"choices": []any{map[string]any{"index": 0, "delta": map[string]string{}, "finish_reason": finish}}})
-	if opts.StreamOptions.IncludeUsage {
-		// The final chunk carries usage, as OpenAI's does with include_usage.
-		send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
-			"choices": []any{}, "usage": u})
-	}
-	fmt.Fprint(w, "data: [DONE]\n\n")
-	if flusher != nil {
-		flusher.Flush()
-	}
+		err := send(chunk(map[string]string{"role": "assistant", "content": ""}, nil))
+		for i, word := range words {
+			if err != nil {
+				break
+			}
+			if i > 0 {
+				word = " " + word
+			}
+			err = send(chunk(map[string]string{"content": word}, nil))
+		}
+		if err == nil {
+			err = send(chunk(map[string]string{}, finish))
+		}
+		if err == nil && opts.StreamOptions.IncludeUsage {
+			err = send(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": body.Model,
+				"choices": []any{}, "usage": u})
+		}
+		if err == nil {
+			_, err = io.WriteString(pw, "data: [DONE]\n\n")
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr
 }
 
 // writeError answers in the OpenAI error shape: a *ratelimit.StatusError

@@ -112,3 +112,27 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.h }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// BenchmarkCopyStream passes a Chat Completions stream of 256 content
+// chunks, the finish chunk, the usage chunk and [DONE] (about 30 KB)
+// through CopyStream per op, observing the usage and dropping its chunk.
+func BenchmarkCopyStream(b *testing.B) {
+	var sb strings.Builder
+	for i := range 256 {
+		fmt.Fprintf(&sb, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" tok%d"},"finish_reason":null}],"usage":null}`+"\n\n", i)
+	}
+	sb.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":null}` + "\n\n")
+	sb.WriteString(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":256,"total_tokens":268}}` + "\n\n")
+	sb.WriteString("data: [DONE]\n\n")
+	stream := []byte(sb.String())
+	rd := bytes.NewReader(nil)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(stream)))
+	for b.Loop() {
+		rd.Reset(stream)
+		var u llm.OpenAIUsage
+		if err := llm.CopyStream(io.Discard, rd, llm.StreamOptions{Usage: &u, DropUsageChunk: true}); err != nil || u.Total() != 268 {
+			b.Fatal(err, u)
+		}
+	}
+}

@@ -41,6 +41,7 @@ type estimateConfig struct {
 	tokenize      func(string) int64
 	defaultOutput int64
 	maxBody       int64
+	kinds         Kinds
 }
 
 // WithTokenizer counts the prompt's tokens with fn, called once per text
@@ -82,6 +83,30 @@ func WithMaxBodyBytes(n int64) EstimateOption {
 	}
 }
 
+// Counting makes the estimate count only the tokens of the kinds in k
+// (default All), for a limit that counts only those, such as an
+// input-tokens or output-tokens limit stacked beside a total:
+//
+//	ratelimit.PerMinute(400_000).Named("input-tokens").
+//		CostFrom(llm.EstimateOpenAITokens(llm.Counting(llm.Input | llm.CacheWrite))).
+//		WithUnit(llm.InputTokens)
+//
+// The prompt's share of the estimate counts when k has any of Input,
+// CacheRead and CacheWrite, and the output's when k has Output. Which
+// prompt tokens a cache will serve is known only after the call, so the
+// whole prompt is reserved for any prompt kind (an upper bound), and the
+// settlement (ReportUsage with Usage.Count(k)) refunds what the cache
+// took. k must be a non-empty subset of All.
+func Counting(k Kinds) EstimateOption {
+	return func(c *estimateConfig) error {
+		if k == 0 || k&^All != 0 {
+			return fmt.Errorf("Counting(%v): must be a non-empty subset of All", k)
+		}
+		c.kinds = k
+		return nil
+	}
+}
+
 // EstimateOpenAITokens returns a [ratelimit.CostFunc] that estimates the AI
 // tokens of an OpenAI-style JSON request (Chat Completions, Completions,
 // Responses, Embeddings; Anthropic Messages bodies have the same fields)
@@ -103,6 +128,8 @@ func WithMaxBodyBytes(n int64) EstimateOption {
 //     DefaultOutputTokens) when none is given.
 //   - n: the number of choices ("n", default 1).
 //
+// With Counting, only the prompt's or only the output's share counts.
+//
 // The body is read once, at most WithMaxBodyBytes bytes (default 1 MiB),
 // parsed once, and put back in r.Body, so the handler reads it as sent;
 // the handler (and a LimitsFunc) get the parsed body without parsing it
@@ -114,7 +141,24 @@ func WithMaxBodyBytes(n int64) EstimateOption {
 // 500 and a *ratelimit.StatusError wrapping [ratelimit.ErrInvalidConfig] (a
 // cost function cannot report configuration errors earlier).
 func EstimateOpenAITokens(opts ...EstimateOption) ratelimit.CostFunc {
-	c := estimateConfig{tokenize: approxTokens, defaultOutput: DefaultOutputTokens, maxBody: DefaultMaxBodyBytes}
+	c, err := newEstimateConfig("EstimateOpenAITokens", opts)
+	if err != nil {
+		return failingCost(err)
+	}
+	return func(r *http.Request) (int64, error) {
+		b, err := ReadOpenAIBody(r, c.maxBody)
+		if err != nil {
+			return 0, err
+		}
+		prompt, output := b.estimate(&c)
+		return satAdd(prompt, output), nil
+	}
+}
+
+// newEstimateConfig applies opts to the defaults; fn names the caller in
+// errors.
+func newEstimateConfig(fn string, opts []EstimateOption) (estimateConfig, error) {
+	c := estimateConfig{tokenize: approxTokens, defaultOutput: DefaultOutputTokens, maxBody: DefaultMaxBodyBytes, kinds: All}
 	for i, o := range opts {
 		var err error
 		if o == nil {
@@ -123,19 +167,18 @@ func EstimateOpenAITokens(opts ...EstimateOption) ratelimit.CostFunc {
 			err = o(&c)
 		}
 		if err != nil {
-			e := &ratelimit.StatusError{Code: http.StatusInternalServerError,
+			return c, &ratelimit.StatusError{Code: http.StatusInternalServerError,
 				Message: "The server's rate limiter is misconfigured; this is not a problem with your request.",
-				Err:     fmt.Errorf("%w: EstimateOpenAITokens: %w", ratelimit.ErrInvalidConfig, err)}
-			return func(*http.Request) (int64, error) { return 0, e }
+				Err:     fmt.Errorf("%w: %s: %w", ratelimit.ErrInvalidConfig, fn, err)}
 		}
 	}
-	return func(r *http.Request) (int64, error) {
-		b, err := ReadOpenAIBody(r, c.maxBody)
-		if err != nil {
-			return 0, err
-		}
-		return b.estimate(&c), nil
-	}
+	return c, nil
+}
+
+// failingCost is the cost function of an invalid configuration: every
+// request fails with err (a cost function cannot fail earlier).
+func failingCost(err error) ratelimit.CostFunc {
+	return func(*http.Request) (int64, error) { return 0, err }
 }
 
 // approxTokens is the default tokenizer: one token per 4 bytes, rounded
@@ -152,6 +195,11 @@ type OpenAIBody struct {
 	Model string
 	// Stream is "stream".
 	Stream bool
+	// IncludeUsage is "stream_options": {"include_usage": true}: the
+	// client asked for a stream that ends with a usage chunk. A proxy that
+	// asks its upstream for the usage anyway (IncludeStreamUsage) drops
+	// that chunk for clients that did not (StreamOptions.DropUsageChunk).
+	IncludeUsage bool
 	// Texts holds the prompt's text pieces, in body order:
 	// "instructions", "system" (a string or text blocks), each message's
 	// "content" (a string, or the "text" of each content part, including
@@ -172,24 +220,31 @@ type OpenAIBody struct {
 	N int64
 }
 
-// estimate computes the token estimate of b with c's tokenizer and
-// default output cap, saturating at maxEstimate.
-func (b *OpenAIBody) estimate(c *estimateConfig) int64 {
-	total := b.TokenIDs
-	for _, t := range b.Texts {
-		total = satAdd(total, max(0, c.tokenize(t)))
-	}
-	out := c.defaultOutput
-	if b.HasMaxOutput {
-		out = b.MaxOutputTokens
-	}
-	if b.N > 1 && out > 0 {
-		if out > maxEstimate/b.N {
-			return maxEstimate
+// estimate computes the token estimate of b with c's tokenizer, default
+// output cap and kinds: the prompt's tokens and the output's (output cap
+// × n), each 0 when c.kinds leaves it out, each saturating at
+// maxEstimate.
+func (b *OpenAIBody) estimate(c *estimateConfig) (prompt, output int64) {
+	if c.kinds&Prompt != 0 {
+		prompt = b.TokenIDs
+		for _, t := range b.Texts {
+			prompt = satAdd(prompt, max(0, c.tokenize(t)))
 		}
-		out *= b.N
 	}
-	return satAdd(total, out)
+	if c.kinds&Output == 0 {
+		return prompt, 0
+	}
+	output = c.defaultOutput
+	if b.HasMaxOutput {
+		output = b.MaxOutputTokens
+	}
+	if b.N > 1 && output > 0 {
+		if output > maxEstimate/b.N {
+			return prompt, maxEstimate
+		}
+		output *= b.N
+	}
+	return prompt, min(output, maxEstimate)
 }
 
 func satAdd(a, b int64) int64 { return min(maxEstimate, a+min(b, maxEstimate)) }
@@ -274,6 +329,7 @@ func invalidBody(err error) error {
 type wireBody struct {
 	Model               string          `json:"model"`
 	Stream              bool            `json:"stream"`
+	StreamOptions       json.RawMessage `json:"stream_options"`
 	Instructions        string          `json:"instructions"`
 	System              json.RawMessage `json:"system"`
 	Messages            []wireItem      `json:"messages"`
@@ -313,6 +369,19 @@ func parseOpenAIBody(raw []byte) (*OpenAIBody, error) {
 		return nil, jsonError(err)
 	}
 	b := &OpenAIBody{Raw: raw, Model: w.Model, Stream: w.Stream, N: 1}
+	switch firstByte(w.StreamOptions) {
+	case 0, 'n':
+	case '{':
+		var so struct {
+			IncludeUsage bool `json:"include_usage"`
+		}
+		if err := json.Unmarshal(w.StreamOptions, &so); err != nil {
+			return nil, jsonError(err)
+		}
+		b.IncludeUsage = so.IncludeUsage
+	default:
+		return nil, fmt.Errorf("%w: \"stream_options\" must be an object", ErrInvalidBody)
+	}
 	for _, c := range []struct {
 		name string
 		v    *int64

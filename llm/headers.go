@@ -43,6 +43,16 @@ import (
 // DefaultMaxRetryWait (WithMaxRetryWait sets another) or the request can
 // never fit (413), so that an SDK gives up at once rather than sleeping
 // past what its caller expects. WithoutRetryHeaders leaves both out.
+//
+// The fields go out with the response's header, before the handler's
+// first byte, so on an admitted request they describe the state with the
+// request's reservation. When the handler writes a failing status before
+// any byte (a 502 from an unavailable upstream, a 400 for a body it
+// refused), the middleware releases the reservations first and writes the
+// fields again: they then describe the state after the release (tokens
+// given back; the request itself still counts unless
+// ratelimit.WithRefundOnServerError, for a 5xx). Once a stream's first
+// byte is out, a later failure cannot change them.
 func OpenAIHeaders(opts ...HeaderOption) ratelimit.HeaderWriter {
 	return openAIHeaders{newRetryHints(opts)}
 }
@@ -64,9 +74,35 @@ func OpenAIHeaders(opts ...HeaderOption) ratelimit.HeaderWriter {
 // token counts to thousands). On a refusal it sends retry-after-ms and
 // x-should-retry as OpenAIHeaders does: the Anthropic SDKs read them the
 // same way.
+//
+// Limits whose unit is InputTokens or OutputTokens get the fields
+// Anthropic sends for its input-tokens and output-tokens rate limits,
+// chosen the same way within each unit:
+//
+//	anthropic-ratelimit-input-tokens-limit: 400000
+//	anthropic-ratelimit-input-tokens-remaining: 399000
+//	anthropic-ratelimit-input-tokens-reset: 2026-01-02T03:04:06Z
+//	anthropic-ratelimit-output-tokens-limit: 80000
+//	anthropic-ratelimit-output-tokens-remaining: 79000
+//	anthropic-ratelimit-output-tokens-reset: 2026-01-02T03:04:06Z
 func AnthropicHeaders(opts ...HeaderOption) ratelimit.HeaderWriter {
 	return anthropicHeaders{newRetryHints(opts)}
 }
+
+// The units of limits that count only some kinds of tokens (see Counting
+// and Usage.Count), set with Limit.WithUnit after CostFrom. AnthropicHeaders
+// reports them in the fields of Anthropic's input-tokens and
+// output-tokens rate limits, and the IETF fields name them in the
+// rampmeter-unit parameter.
+const (
+	// InputTokens is the unit of a limit on prompt tokens: Anthropic's
+	// input tokens per minute (ITPM) count Input | CacheWrite, OpenAI's
+	// prompt tokens count Prompt.
+	InputTokens ratelimit.Unit = "input-tokens"
+	// OutputTokens is the unit of a limit on generated tokens (Output):
+	// Anthropic's output tokens per minute (OTPM).
+	OutputTokens ratelimit.Unit = "output-tokens"
+)
 
 type openAIHeaders struct{ retryHints }
 
@@ -93,6 +129,14 @@ func (w anthropicHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 	if d := mostRestrictive(res.Decisions, ratelimit.Tokens); d != nil {
 		vs := fields(d, anthropicReset(d))
 		h["Anthropic-Ratelimit-Tokens-Limit"], h["Anthropic-Ratelimit-Tokens-Remaining"], h["Anthropic-Ratelimit-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	}
+	if d := mostRestrictive(res.Decisions, InputTokens); d != nil {
+		vs := fields(d, anthropicReset(d))
+		h["Anthropic-Ratelimit-Input-Tokens-Limit"], h["Anthropic-Ratelimit-Input-Tokens-Remaining"], h["Anthropic-Ratelimit-Input-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	}
+	if d := mostRestrictive(res.Decisions, OutputTokens); d != nil {
+		vs := fields(d, anthropicReset(d))
+		h["Anthropic-Ratelimit-Output-Tokens-Limit"], h["Anthropic-Ratelimit-Output-Tokens-Remaining"], h["Anthropic-Ratelimit-Output-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
 	}
 }
 

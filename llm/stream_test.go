@@ -39,8 +39,8 @@ func TestStreamedUsageIsSettled(t *testing.T) {
 		} {
 			fmt.Fprintf(w, "data: %s\n\n", data)
 			w.(http.Flusher).Flush()
-			if n, ok := llm.ParseOpenAIUsage([]byte(data)); ok {
-				assert.NoError(t, ratelimit.ReportUsage(r.Context(), "tokens", n))
+			if u, ok := llm.ParseOpenAIUsage([]byte(data)); ok {
+				assert.NoError(t, ratelimit.ReportUsage(r.Context(), "tokens", u.Total()))
 			}
 		}
 	}))
