@@ -16,20 +16,31 @@
 --   ARGV[3]   milliseconds added to every key's expiry (WithExpiryMargin);
 --             a state kept past its expiry decides like a key never seen,
 --             so a margin changes no decision
---   ARGV[4 + 8(i-1) ...], eight per request:
---     algo    "t" token bucket, "l" leaky bucket, "g" GCRA, "f" fixed
---             window, "F" fixed window aligned to the first hit, "s"
---             sliding-window counter, "o" sliding log
---     scale, drain   ratelimit.Limit.Params: one unit refills in
---                    scale/drain µs
---     burst, quota   units
---     period         µs
---     cost           Take: >= 0; Adjust: the delta, clamped by Go to
---                    +-2^53 (2^52+1 already saturates every rule)
---     at             Adjust: when the settled usage was charged (µs), 0 = now
--- Reply: a flat array: now (µs), then five integers per request: allowed
--- (0/1), remaining (units), reset (µs), retry (µs; 0 when allowed, -1 =
--- never), delay (µs, leaky bucket).
+--   then per request i, in order: Take two arguments (params, cost),
+--   Adjust three (params, cost, at):
+--     params  the limit's parameters, one string the Go side builds once
+--             per Limit: "<algo><scale>:<drain>:<burst>:<quota>:<period>"
+--             (parse_params), e.g. "t3:50:60:60:60000000"
+--       algo           "t" token bucket, "l" leaky bucket, "g" GCRA, "f"
+--                      fixed window, "F" fixed window aligned to the first
+--                      hit, "s" sliding-window counter, "o" sliding log
+--       scale, drain   ratelimit.Limit.Params: one unit refills in
+--                      scale/drain µs
+--       burst, quota   units
+--       period         µs
+--             An algorithm that needs more parameters appends them as
+--             ":<integer>" fields after period (per Limit, or per request
+--             when they depend on the call); parse_params keeps them
+--             unparsed in p.rest, and the algorithm reads them with
+--             param_fields(p).
+--     cost    Take: >= 0; Adjust: the delta, clamped by Go to +-2^53
+--             (2^52+1 already saturates every rule)
+--     at      Adjust only: when the settled usage was charged (µs), 0 = now
+-- Reply: one string of space-separated integers: now (µs), then five per
+-- request: allowed (0/1), remaining (units), reset (µs), retry (µs; 0 when
+-- allowed, -1 = never), delay (µs, leaky bucket). A string, not an array:
+-- one reply value to convert here and to parse in Go, and %d keeps every
+-- integer exact.
 --
 -- Stored state (ratelimit.State), one Redis string per key:
 --   token/leaky bucket   "<level>:<updated>"
@@ -548,6 +559,50 @@ local function adjust(st, now, charged_at, delta, p)
   return describe_window(st, now, p)
 end
 
+-- ---- Call shape: parameters, reply ----
+
+-- parse_params decodes a request's params string (see the header) into the
+-- table the algorithm functions read, or nil if it is malformed.
+local function parse_params(s)
+  local a, sc, dr, bu, qu, pe, rest = string.match(s, '^(%a)(%d+):(%d+):(%d+):(%d+):(%d+)(.*)$')
+  if not a then
+    return nil
+  end
+  return {algo = a, scale = tonumber(sc), drain = tonumber(dr), burst = tonumber(bu),
+    quota = tonumber(qu), period = tonumber(pe), rest = rest}
+end
+
+-- param_fields returns the extra ":<integer>" fields of p (after period)
+-- as a list of numbers, for algorithms that need more parameters.
+local function param_fields(p)
+  local f = {}
+  for v in string.gmatch(p.rest, ':(%-?%d+)') do
+    f[#f + 1] = tonumber(v)
+  end
+  return f
+end
+
+-- reply_of formats the five results of one request for the reply string.
+local function reply_of(allowed, remaining, reset, retry, delay)
+  return string.format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+end
+
+-- store writes st, the charged state of key under p, with its expiry, or
+-- deletes the key when st is equivalent to a key never seen; existed says
+-- whether the key held a state before the call.
+local function store(key, st, p, existed, now, margin)
+  local ttl = expires_at(st, p) - now
+  if ttl <= 0 then
+    -- Equivalent to a key never seen: forget it.
+    if existed then
+      redis.call('DEL', key)
+    end
+  else
+    -- Whole milliseconds, rounded up: the key must outlive its state.
+    redis.call('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000) + margin)
+  end
+end
+
 -- ---- Main ----
 
 local now
@@ -561,41 +616,86 @@ else
 end
 local is_take = ARGV[1] == 't'
 local margin = tonumber(ARGV[3])
+local stride = 3 -- arguments per request
+if is_take then
+  stride = 2
+end
+local nkeys = #KEYS
 
--- Per distinct key: the stored string (for peeks after a refusal), the
--- working state, whether a request changed it, and the request params.
-local raw, work, dirty, params = {}, {}, {}, {}
-local order = {} -- distinct keys in first-seen order, for the write phase
-local reply = {now}
+local function malformed_params(i)
+  return redis.error_reply('ERR rampmeter: malformed limit parameters for request ' .. i)
+end
+
+local function malformed_state(key)
+  -- Not written by this script (or by another version of it): refuse to
+  -- guess. Nothing has been written yet.
+  return redis.error_reply('ERR rampmeter: malformed rate-limit state at key ' .. key)
+end
+
+if nkeys == 1 then
+  -- One request, the common case: no bookkeeping of repeated keys. A
+  -- refused Take leaves st uncharged, so its remaining and reset are
+  -- already those of the stored state at now.
+  local key = KEYS[1]
+  local p = parse_params(ARGV[4])
+  if not p then
+    return malformed_params(1)
+  end
+  local cost = tonumber(ARGV[5])
+  local v = redis.call('GET', key)
+  local st = decode(v, p)
+  if not st then
+    return malformed_state(key)
+  end
+  local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
+  if is_take then
+    allowed, remaining, reset, retry, delay = take(st, now, cost, p)
+  else
+    remaining, reset = adjust(st, now, tonumber(ARGV[6]), cost, p)
+  end
+  if allowed == 1 and cost ~= 0 then
+    store(key, st, p, v, now, margin)
+  end
+  return string.format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+end
+
+-- Per request: its params; per distinct key (by the first request on it):
+-- the stored string (for peeks after a refusal), the working state, and
+-- whether a request changed it (the params to write it with).
+local params, first = {}, {}
+local raw, work, dirty = {}, {}, {}
+local results = {}
 local refused = false
 
-for i = 1, #KEYS do
+for i = 1, nkeys do
   local key = KEYS[i]
-  local b = 4 + 8 * (i - 1)
-  local p = {
-    algo = ARGV[b],
-    scale = tonumber(ARGV[b + 1]),
-    drain = tonumber(ARGV[b + 2]),
-    burst = tonumber(ARGV[b + 3]),
-    quota = tonumber(ARGV[b + 4]),
-    period = tonumber(ARGV[b + 5]),
-  }
-  local cost = tonumber(ARGV[b + 6])
-  local charged_at = tonumber(ARGV[b + 7])
+  local b = 4 + stride * (i - 1)
+  local p = parse_params(ARGV[b])
+  if not p then
+    return malformed_params(i)
+  end
+  local cost = tonumber(ARGV[b + 1])
   params[i] = p
 
-  local st = work[key]
-  if not st then
+  -- The first request on this key: calls stack a handful of limits, for
+  -- which a look-back beats a table keyed by key name.
+  local f = i
+  for j = 1, i - 1 do
+    if KEYS[j] == key then
+      f = first[j]
+      break
+    end
+  end
+  first[i] = f
+  local st = work[f]
+  if f == i then
     local v = redis.call('GET', key)
-    raw[key] = v
+    raw[i] = v or false
     st = decode(v, p)
     if not st then
-      -- Not written by this script (or by another version of it): refuse
-      -- to guess. Nothing has been written yet.
-      return redis.error_reply('ERR rampmeter: malformed rate-limit state at key ' .. key)
+      return malformed_state(key)
     end
-    work[key] = st
-    order[#order + 1] = key
+    work[i] = st
   end
 
   local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
@@ -605,17 +705,12 @@ for i = 1, #KEYS do
       refused = true
     end
   else
-    remaining, reset = adjust(st, now, charged_at, cost, p)
+    remaining, reset = adjust(st, now, tonumber(ARGV[b + 2]), cost, p)
   end
   if cost ~= 0 then
-    dirty[key] = p
+    dirty[f] = p
   end
-  local n = 1 + 5 * (i - 1)
-  reply[n + 1] = allowed
-  reply[n + 2] = remaining
-  reply[n + 3] = reset
-  reply[n + 4] = retry
-  reply[n + 5] = delay
+  results[i] = {allowed, remaining, reset, retry, delay}
 end
 
 if refused then
@@ -623,31 +718,25 @@ if refused then
   -- evaluated in order, but every request reports the stored, uncharged
   -- state of its key at now (what a peek would see): the charges of
   -- earlier requests in this call were not made.
-  for i = 1, #KEYS do
-    local key = KEYS[i]
+  for i = 1, nkeys do
     local p = params[i]
-    local _, remaining, reset = take(decode(raw[key], p), now, 0, p)
-    local n = 1 + 5 * (i - 1)
-    reply[n + 2] = remaining
-    reply[n + 3] = reset
+    local v = raw[first[i]]
+    local _, remaining, reset = take(decode(v or nil, p), now, 0, p)
+    results[i][2] = remaining
+    results[i][3] = reset
   end
-  return reply
-end
-
-for _, key in ipairs(order) do
-  local p = dirty[key]
-  if p then
-    local st = work[key]
-    local ttl = expires_at(st, p) - now
-    if ttl <= 0 then
-      -- Equivalent to a key never seen: forget it.
-      if raw[key] then
-        redis.call('DEL', key)
-      end
-    else
-      -- Whole milliseconds, rounded up: the key must outlive its state.
-      redis.call('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000) + margin)
+else
+  for i = 1, nkeys do
+    local p = dirty[i]
+    if p then
+      store(KEYS[i], work[i], p, raw[i], now, margin)
     end
   end
 end
-return reply
+
+local out = {string.format('%d', now)}
+for i = 1, nkeys do
+  local r = results[i]
+  out[i + 1] = reply_of(r[1], r[2], r[3], r[4], r[5])
+end
+return table.concat(out, ' ')

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -318,27 +319,30 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	keys := make([]string, len(reqs))
-	args := make([]any, 3, 3+8*len(reqs))
-	args[0] = mode
-	if s.now != nil {
-		args[1] = ratelimit.Micros(s.now())
-	} else {
-		args[1] = ""
+	n := len(reqs)
+	stride := 2 // arguments per request: params, cost (Take); params, cost, at (Adjust)
+	if mode != "t" {
+		stride = 3
 	}
-	args[2] = s.marginMs
+	// The whole command: evalsha, sha, numkeys, keys, then ARGV.
+	args := make([]any, 3+n, 3+n+3+stride*n)
+	args[0], args[1], args[2] = "evalsha", script.Hash(), n
+	args = append(args, mode, "", s.marginMs)
+	if s.now != nil {
+		args[3+n+1] = ratelimit.Micros(s.now())
+	}
 
 	// Hash each distinct caller key once. Calls usually stack a handful of
 	// limits, for which a linear look-back beats a map.
-	tags := make([][tagLen]byte, len(reqs))
+	tags := make([][tagLen]byte, n)
 	var first map[string]int // caller key -> first request, for long calls
-	if len(reqs) > 8 {
-		first = make(map[string]int, len(reqs))
+	if n > 8 {
+		first = make(map[string]int, n)
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		algo := algoCode(r.Limit)
-		if algo == "" {
+		params := limitParams(r.Limit)
+		if params == "" {
 			return fmt.Errorf("%w: request %d: algorithm %v is not supported by the Redis store",
 				ratelimit.ErrInvalidRequest, i, r.Limit.Algorithm())
 		}
@@ -364,23 +368,36 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 			}
 			s.hashTag(r.Key, &tags[i])
 		}
-		keys[i] = s.redisKey(&tags[i], r.Limit)
-		scale, drain, _ := r.Limit.Params()
+		args[3+i] = s.redisKey(&tags[i], r.Limit)
 		cost := min(max(r.Cost, -maxLuaCost), maxLuaCost)
-		args = append(args, algo, scale, drain, r.Limit.Burst(), r.Limit.Quota(),
-			r.Limit.Period().Microseconds(), cost, max(r.At, 0))
+		if stride == 2 {
+			args = append(args, params, cost)
+		} else {
+			args = append(args, params, cost, max(r.At, 0))
+		}
 	}
 
-	vals, err := s.eval(ctx, keys, args)
+	reply, err := s.eval(ctx, args)
 	if err != nil {
 		return withContextErr(ctx, err)
 	}
-	if len(vals) != 1+5*len(reqs) {
-		return fmt.Errorf("script returned %d integers for %d requests, want %d", len(vals), len(reqs), 1+5*len(reqs))
-	}
-	now := vals[0]
-	for i := range reqs {
-		v := vals[1+5*i : 6+5*i]
+	return parseReply(reply, reqs, out)
+}
+
+// parseReply fills out from the script's reply: space-separated integers,
+// now and then five per request (see ratelimit.lua).
+func parseReply(reply string, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+	var v [5]int64
+	now, rest, ok := nextInt(reply)
+	for i := 0; ok && i < len(reqs); i++ {
+		for k := range v {
+			if v[k], rest, ok = nextInt(rest); !ok {
+				break
+			}
+		}
+		if !ok {
+			break
+		}
 		d := ratelimit.Decision{
 			Limit:     reqs[i].Limit,
 			Allowed:   v[0] == 1,
@@ -396,7 +413,40 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 		}
 		out[i] = d
 	}
+	if !ok || rest != "" {
+		return fmt.Errorf("script reply %q is not %d integers for %d requests", reply, 1+5*len(reqs), len(reqs))
+	}
 	return nil
+}
+
+// nextInt parses the decimal integer at the start of s, up to the next
+// space, and returns it with the rest of s after that space.
+func nextInt(s string) (v int64, rest string, ok bool) {
+	i, neg := 0, false
+	if i < len(s) && s[0] == '-' {
+		neg, i = true, 1
+	}
+	start := i
+	for ; i < len(s) && s[i] != ' '; i++ {
+		c := s[i]
+		if c < '0' || c > '9' || v > (1<<62)/10 {
+			return 0, "", false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if i == start {
+		return 0, "", false
+	}
+	if neg {
+		v = -v
+	}
+	if i < len(s) {
+		i++ // the space
+		if i == len(s) {
+			return 0, "", false // a trailing space
+		}
+	}
+	return v, s[i:], true
 }
 
 // onceCmd is a script command that go-redis must never send twice. go-redis
@@ -409,32 +459,28 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 // happened before the command was written (which is then its first send).
 // MOVED and ASK redirects, which say the script did not run, are still
 // followed. The TestNoReplay tests pin this.
-type onceCmd struct{ *redis.Cmd }
+type onceCmd struct{ *redis.StringCmd }
 
 // NoRetry tells go-redis not to re-send the command.
 func (onceCmd) NoRetry() bool { return true }
 
 // eval runs the script once: EVALSHA, then EVAL when the server does not
 // have the script cached (NOSCRIPT means it did not run, so sending EVAL
-// is no replay), each sent at most once.
-func (s *Store) eval(ctx context.Context, keys []string, args []any) ([]int64, error) {
-	run := func(name, payload string) *redis.Cmd {
-		cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-		cmdArgs = append(cmdArgs, name, payload, len(keys))
-		for _, k := range keys {
-			cmdArgs = append(cmdArgs, k)
-		}
-		cmdArgs = append(cmdArgs, args...)
-		cmd := redis.NewCmd(ctx, cmdArgs...)
+// is no replay), each sent at most once. args is the whole EVALSHA
+// command; eval may change its first two elements.
+func (s *Store) eval(ctx context.Context, args []any) (string, error) {
+	run := func() *redis.StringCmd {
+		cmd := redis.NewStringCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3) // routes the call to the keys' slot or shard
 		_ = s.client.Process(ctx, onceCmd{cmd})
 		return cmd
 	}
-	cmd := run("evalsha", script.Hash())
+	cmd := run()
 	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-		cmd = run("eval", luaSource)
+		args[0], args[1] = "eval", luaSource
+		cmd = run()
 	}
-	return cmd.Int64Slice()
+	return cmd.Result()
 }
 
 // withContextErr makes err, the error of a call made with ctx, wrap the
@@ -454,6 +500,29 @@ func withContextErr(ctx context.Context, err error) error {
 		err = fmt.Errorf("%w: %w", err, cerr)
 	}
 	return err
+}
+
+// limitParams returns the script's params string of l (see ratelimit.lua):
+// "<algo><scale>:<drain>:<burst>:<quota>:<period µs>", or "" if the script
+// does not implement l's algorithm.
+func limitParams(l *ratelimit.Limit) string {
+	algo := algoCode(l)
+	if algo == "" {
+		return ""
+	}
+	scale, drain, _ := l.Params()
+	b := make([]byte, 0, 96)
+	b = append(b, algo...)
+	b = strconv.AppendInt(b, scale, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, drain, 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, l.Burst(), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, l.Quota(), 10)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, l.Period().Microseconds(), 10)
+	return string(b)
 }
 
 // algoCode names l's algorithm for the script, or "" if the script does not
