@@ -465,7 +465,7 @@ func (l *Limit) slotsAdjust(s *State, now, chargedAt, delta int64, d *Decision) 
 	case delta > 0:
 		s.Log = slotsInsert(s.Log, now, min(delta, 2*l.quota-int64(len(s.Log))))
 	case delta < 0 && chargedAt <= 0:
-		n := len(s.Log) - int(min(-delta, int64(len(s.Log))))
+		n := len(s.Log) - int(slotsUpTo(delta, len(s.Log)))
 		s.Log = slotsTrim(s.Log[:n:n])
 	case delta < 0:
 		// The slots that started at chargedAt are one run of the sorted log.
@@ -476,13 +476,22 @@ func (l *Limit) slotsAdjust(s *State, now, chargedAt, delta int64, d *Decision) 
 				j = i
 			}
 		}
-		if k := int(min(-delta, int64(j-i))); k > 0 {
+		if k := int(slotsUpTo(delta, j-i)); k > 0 {
 			out := make([]int64, 0, len(s.Log)-k)
 			out = append(out, s.Log[:j-k]...)
 			s.Log = slotsTrim(append(out, s.Log[j:]...))
 		}
 	}
 	l.describeSlots(s, now, d)
+}
+
+// slotsUpTo returns min(−delta, n) for delta < 0, n ≥ 0, without negating
+// delta (which overflows for math.MinInt64).
+func slotsUpTo(delta int64, n int) int64 {
+	if delta < -int64(n) {
+		return int64(n)
+	}
+	return -delta
 }
 
 // slotsHeld drops the slots whose maximum hold has ended by now.

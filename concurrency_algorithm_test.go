@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -109,6 +110,11 @@ func TestConcurrentRelease(t *testing.T) {
 	assert.False(t, p.Allowed)
 	assert.Equal(t, time.Second, p.RetryAfter)
 	assert.Equal(t, 6, len(s.Log), "a peek charges nothing")
+	// The most negative delta releases everything, at a time or at 0.
+	l.AdjustFrom(&s, t0+5*sec, t0+4*sec, math.MinInt64)
+	assert.Equal(t, []int64{t0, t0 + 3*sec}, s.Log)
+	l.AdjustFrom(&s, t0+5*sec, 0, math.MinInt64)
+	assert.Nil(t, s.Log)
 }
 
 // TestConcurrentClockBack: a slot taken after the clock stepped back keeps
