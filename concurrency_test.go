@@ -75,7 +75,8 @@ func TestConcurrencyMiddleware(t *testing.T) {
 	// requests: 58 left, the next unit in 1 s; the cap: 0 left, retry in 1 s.
 	assert.Equal(t, `"requests";r=58;t=1, "concurrent-requests";r=0;t=1`, w.Header().Get("RateLimit"))
 	assert.Equal(t, []int64{58, 0}, peek(t, store.Store, "k", lim.Limits()...))
-	assert.Contains(t, w.Body.String(), "concurrent-requests")
+	assert.Contains(t, w.Body.String(), `"detail":"too many requests in flight: the \"concurrent-requests\" limit allows 2 at once, and 2 are in flight; retry after 1 second"`)
+	assert.Contains(t, w.Body.String(), `"violated-policies":["concurrent-requests"]`)
 
 	h.release <- struct{}{} // one returns: its slot comes back
 	assert.Equal(t, http.StatusOK, <-codes)
