@@ -34,7 +34,10 @@ func TestConcurrentValidation(t *testing.T) {
 	assert.Equal(t, "concurrent-requests:cc:10:300000000:10", l.ID())
 	assert.Equal(t, `"concurrent-requests" 10 in flight, max hold 5m0s, concurrency`, l.String())
 	assert.NoError(t, Concurrent(MaxConcurrent, time.Hour).WithBurst(MaxConcurrent).Err())
-	assert.NoError(t, Every(3, time.Minute).WithAlgorithm(Concurrency).Err(), "WithAlgorithm builds the same")
+	same := Every(3, time.Minute).WithAlgorithm(Concurrency)
+	assert.NoError(t, same.Err())
+	assert.Equal(t, Concurrent(3, time.Minute).ID(), same.ID(), "WithAlgorithm builds the same")
+	assert.Equal(t, ConcurrentRequests, same.Unit())
 }
 
 // TestConcurrentSlots walks a cap of 2 with a max hold of 10 s through

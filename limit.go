@@ -338,6 +338,9 @@ func (l Limit) String() string {
 
 // finish validates l and computes its derived fields.
 func (l Limit) finish() Limit {
+	if l.algorithm == Concurrency && l.unit == Requests {
+		l.unit = ConcurrentRequests // WithAlgorithm(Concurrency): what it counts
+	}
 	l.scale, l.drain, l.capacity, l.periodUS, l.id = 0, 0, 0, 0, ""
 	l.wireQ, l.wireW = 0, 0
 	l.err = l.buildErr
@@ -603,6 +606,8 @@ func ceilDiv(a, b int64) int64 {
 //
 // A Concurrency limit has no burst other than n, no cost function (each
 // request holds one slot) and no AlignToFirstHit: Err reports them.
+// Every(n, maxHold).WithAlgorithm(Concurrency) builds the same limit (its
+// unit Requests becomes ConcurrentRequests).
 func Concurrent(n int64, maxHold time.Duration) Limit {
 	l := Limit{quota: n, period: maxHold, algorithm: Concurrency, unit: ConcurrentRequests}
 	return l.finish()
