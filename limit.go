@@ -600,9 +600,10 @@ func ceilDiv(a, b int64) int64 {
 // Take's Decision, which names the slot: the slots taken at that
 // microsecond are released, at most k of them. A release of a slot that is
 // no longer held (released already, or its maxHold has passed) releases
-// nothing, so a counter can never go negative or leak. An Adjust with At 0
-// releases the most recently taken slots; one with Cost > 0 takes slots
-// without a check (at most 2n held in all).
+// nothing, so a counter can never go negative or leak; a release that fails
+// at the store (counted in Stats.StoreErrors) leaves its slot held until
+// maxHold. An Adjust with At 0 releases the most recently taken slots; one
+// with Cost > 0 takes slots without a check (at most 2n held in all).
 //
 // A Concurrency limit has no burst other than n, no cost function (each
 // request holds one slot) and no AlignToFirstHit: Err reports them.
