@@ -30,6 +30,8 @@ func (l *Limit) TakeAt(s *State, now, cost int64) (d Decision) {
 		l.windowTake(s, now, cost, &d)
 	case SlidingLog:
 		l.logTake(s, now, cost, &d)
+	case Concurrency:
+		l.slotsTake(s, now, cost, &d)
 	default: // TokenBucket, LeakyBucket
 		l.bucketTake(s, now, cost, &d)
 	}
@@ -52,6 +54,11 @@ func (l *Limit) AdjustAt(s *State, now, delta int64) Decision {
 // a refund never creates capacity in a later window. Like TakeAt it
 // updates *s in place and never modifies the elements of s.Log.
 func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) (d Decision) {
+	if l.algorithm == Concurrency { // chargedAt names a slot: used as given
+		l.slotsAdjust(s, now, chargedAt, delta, &d)
+		d.Limit, d.At, d.Allowed = l, now, true
+		return d
+	}
 	if chargedAt <= 0 || chargedAt > now {
 		chargedAt = now
 	}
@@ -91,7 +98,7 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 		default:
 			return s.Updated
 		}
-	case SlidingLog:
+	case SlidingLog, Concurrency:
 		if len(s.Log) == 0 {
 			return 0
 		}
@@ -421,3 +428,115 @@ func (l *Limit) describeLog(s *State, now int64, d *Decision) {
 }
 
 func micros(n int64) time.Duration { return time.Duration(n) * time.Microsecond }
+
+// ---- Concurrency cap ----
+
+// slotsTake admits cost slots iff the slots held at now plus cost are at
+// most the cap (Quota). State.Log holds one start time per held slot,
+// oldest first; a slot is held while start + Period (the maximum hold) >
+// now. A refusal's RetryAfter is the time until enough of the oldest slots'
+// holds end, at most ConcurrencyRetryAfter: slots usually return sooner,
+// when their requests finish.
+func (l *Limit) slotsTake(s *State, now, cost int64, d *Decision) {
+	s.Log = l.slotsHeld(s.Log, now)
+	held := int64(len(s.Log))
+	switch {
+	case cost > l.quota:
+		d.RetryAfter = RetryNever
+	case held+cost > l.quota:
+		k := held + cost - l.quota // the oldest k slots must return
+		wait := s.Log[k-1] + l.periodUS - now
+		d.RetryAfter = min(micros(wait), ConcurrencyRetryAfter)
+	default:
+		d.Allowed = true
+		s.Log = slotsInsert(s.Log, now, cost)
+	}
+	l.describeSlots(s, now, d)
+}
+
+// slotsAdjust releases (delta < 0) up to −delta slots that started at
+// chargedAt exactly (the At of the Take that took them), or with chargedAt
+// ≤ 0 the −delta newest slots; a slot no longer held is not found, so a
+// late or repeated release changes nothing. delta > 0 takes slots at now
+// without a check, at most twice the cap in all.
+func (l *Limit) slotsAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
+	s.Log = l.slotsHeld(s.Log, now)
+	switch {
+	case delta > 0:
+		s.Log = slotsInsert(s.Log, now, min(delta, 2*l.quota-int64(len(s.Log))))
+	case delta < 0 && chargedAt <= 0:
+		n := len(s.Log) - int(slotsUpTo(delta, len(s.Log)))
+		s.Log = slotsTrim(s.Log[:n:n])
+	case delta < 0:
+		// The slots that started at chargedAt are one run of the sorted log.
+		i, j := len(s.Log), len(s.Log)
+		for i > 0 && s.Log[i-1] >= chargedAt {
+			i--
+			if s.Log[i] > chargedAt {
+				j = i
+			}
+		}
+		if k := int(slotsUpTo(delta, j-i)); k > 0 {
+			out := make([]int64, 0, len(s.Log)-k)
+			out = append(out, s.Log[:j-k]...)
+			s.Log = slotsTrim(append(out, s.Log[j:]...))
+		}
+	}
+	l.describeSlots(s, now, d)
+}
+
+// slotsUpTo returns min(−delta, n) for delta < 0, n ≥ 0, without negating
+// delta (which overflows for math.MinInt64).
+func slotsUpTo(delta int64, n int) int64 {
+	if delta < -int64(n) {
+		return int64(n)
+	}
+	return -delta
+}
+
+// slotsHeld drops the slots whose maximum hold has ended by now.
+func (l *Limit) slotsHeld(log []int64, now int64) []int64 {
+	i := 0
+	for i < len(log) && log[i]+l.periodUS <= now {
+		i++
+	}
+	return slotsTrim(log[i:len(log):len(log)])
+}
+
+// slotsTrim returns nil for an empty log, so that a key holding no slot
+// stores nothing.
+func slotsTrim(log []int64) []int64 {
+	if len(log) == 0 {
+		return nil
+	}
+	return log
+}
+
+// slotsInsert returns a new slice with n slots started at now inserted in
+// order: after every slot that started at or before now, so that a slot
+// keeps its own start time (the At that releases it) even when the clock
+// has moved backwards.
+func slotsInsert(log []int64, now, n int64) []int64 {
+	if n <= 0 {
+		return log
+	}
+	i := len(log)
+	for i > 0 && log[i-1] > now {
+		i--
+	}
+	out := make([]int64, 0, len(log)+int(n))
+	out = append(out, log[:i]...)
+	for range n {
+		out = append(out, now)
+	}
+	return append(out, log[i:]...)
+}
+
+// describeSlots sets d's Remaining (the cap minus the slots held) and
+// Reset (until every held slot's maximum hold has ended).
+func (l *Limit) describeSlots(s *State, now int64, d *Decision) {
+	d.Remaining = max(0, l.quota-int64(len(s.Log)))
+	if n := len(s.Log); n > 0 {
+		d.Reset = micros(s.Log[n-1] + l.periodUS - now)
+	}
+}

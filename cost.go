@@ -42,6 +42,8 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // usage is reported to each of them that has a limit of that name. For a
 // request let through without a decision (the store failed under FailOpen,
 // or WithSkipOnKeyError) the report is accepted and ignored.
+// A report for a concurrency cap (Concurrent) is accepted and ignored: its
+// slot is released when the handler returns, whatever the report.
 //
 // Errors: ErrNoReservation when ctx is not from Limiter.Handler or the
 // request was already settled; ErrUnknownLimit when no limiter of the
@@ -233,7 +235,7 @@ func (l *Limiter) releaseEarly(s *reqState) {
 	var idx []int
 	for i := range s.reported {
 		lim := &s.set.limits[i]
-		if i >= 64 || !s.out[i].Allowed || s.reported[i] >= 0 || s.costs[i] == 0 || !l.releases(lim, status) {
+		if i >= 64 || !s.out[i].Allowed || s.reported[i] >= 0 || s.costs[i] == 0 || !l.releases(lim, status) || holdsSlot(lim) {
 			continue
 		}
 		reqs = append(reqs, Request{Key: s.key, Limit: lim, Cost: -s.costs[i], At: s.out[i].At})
@@ -341,7 +343,9 @@ func (l *Limiter) settle(s *reqState) {
 		if i < 64 && s.earlyReleased&(1<<i) != 0 {
 			held = 0
 		}
-		if rep < 0 && l.releases(lim, status) {
+		if holdsSlot(lim) {
+			rep = 0 // the slot returns when the handler does: see concurrency.go
+		} else if rep < 0 && l.releases(lim, status) {
 			rep, released = 0, released || held != 0
 		}
 		if rep >= 0 && rep != held {

@@ -28,6 +28,21 @@
 // and streams, their rate-limit fields (HeaderWriters for [WithHeaders])
 // and the OpenAI API's error body (an [ErrorFormat]).
 //
+// Concurrency caps bound the requests of a key in flight at once, which a
+// rate does not: an AI call lasts seconds to minutes and a stream holds its
+// connection throughout. [Concurrent](n, maxHold) admits a request only while
+// fewer than n of the key's requests hold a slot, across every process
+// sharing the store, and is decided in the same all-or-nothing Take as the
+// rate limits (a request refused by one holds nothing of the others). The
+// middleware releases the slot when the handler returns, panics or ends
+// because its client left (a stream holds it until the handler returns);
+// [Reservation.Release] and [Transport] release it for workers and outbound
+// calls. A slot whose holder died comes back on its own maxHold after it
+// was taken: the store keeps the start time of each slot, never a counter
+// that a lost release would leak. A refusal is a 429 with Retry-After: 1
+// ([ConcurrencyRetryAfter]), and the rate-limit fields list the cap as its
+// own item with the draft's quota unit "concurrent-requests".
+//
 // Observability: [Limiter.Stats] counts outcomes, and [Hooks] report each
 // decided request once with its final [Result] (OnDecision), each store
 // call with its operation, size, duration and error (OnStoreCall), each
@@ -38,7 +53,7 @@
 //
 // Algorithms (see [Algorithm]): TokenBucket (default), GCRA, LeakyBucket,
 // SlidingWindow, SlidingLog and FixedWindow, chosen per limit with
-// [Limit.WithAlgorithm]. Every store decides them by the same math (see
+// [Limit.WithAlgorithm], and Concurrency, the cap of [Concurrent]. Every store decides them by the same math (see
 // Writing a Store below).
 //
 // # Writing a Store

@@ -69,6 +69,15 @@ const (
 	// burst other than q (Limit.WithBurst) is sent in the vendor parameter
 	// rampmeter-burst: the most a client can spend at once.
 	//
+	// A concurrency cap (Concurrent) is its own item with q the cap, the
+	// unit qu="concurrent-requests" and no w: a cap on requests in flight
+	// has no time window (w is optional, §3.1). Its r is the number of
+	// requests the key may start now (the cap minus the requests in
+	// flight, this one included on an admission):
+	//
+	//	RateLimit-Policy: "requests";q=60;w=60, "concurrent-requests";q=4;qu="concurrent-requests"
+	//	RateLimit: "requests";r=59;t=1, "concurrent-requests";r=3;t=1
+	//
 	// RateLimit (§4.1): r is the available quota, the Decision's
 	// Remaining, but never more than q (a burst larger than the quota can
 	// hold more; rampmeter-burst tells how much). t is the effective window
@@ -90,6 +99,11 @@ const (
 	//     plus the rest of the current window for SlidingWindow): an
 	//     upper bound of the effective window, as more quota may come back
 	//     earlier.
+	//	//   - Concurrency (Concurrent): 1 while the key holds any slot, 0 when
+	//     it holds none. Held slots return when their requests end, which
+	//     nobody can foresee; 1 s is the interval at which a client that
+	//     found r=0 may look again, the Retry-After of a refusal by the cap
+	//     (ConcurrencyRetryAfter).
 	//
 	// On a refusal, the t of each refusing limit is the time until the
 	// request's cost fits it, and the binding limit's t (Result.Binding)
@@ -264,8 +278,10 @@ func policyField(limits []*Limit, shadow bool) string {
 		b = appendPolicyName(b, l)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, l.wireQ, 10)
-		b = append(b, ";w="...)
-		b = strconv.AppendInt(b, l.wireW, 10)
+		if l.wireW > 0 { // 0: a concurrency cap, which has no window
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, l.wireW, 10)
+		}
 		switch u := string(l.Unit()); u {
 		case string(Requests):
 			// The draft's default unit: omitted.
@@ -358,6 +374,8 @@ func (l *Limit) effectiveWindow(d *Decision, r int64) time.Duration {
 			return d.Reset
 		}
 		return l.period // entries made now expire after a period
+	case Concurrency: // held slots may return any moment: see HeadersIETF
+		return min(d.Reset, ConcurrencyRetryAfter)
 	}
 	// TokenBucket, GCRA, LeakyBucket. Reset is the time until the level
 	// has drained: the room above the Remaining units refills first, then

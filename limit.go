@@ -54,11 +54,31 @@ const (
 	// AlignToFirstHit). The naive baseline: around a window boundary a key
 	// can spend 2×Quota within a short span.
 	FixedWindow
+	// Concurrency caps the requests in flight per key: at most Quota slots
+	// are held at once, each from its admission until it is released (an
+	// Adjust of −1 dated at the admission, see Concurrent) or until Period,
+	// the maximum hold, has passed since it was taken, whichever comes
+	// first. Build it with Concurrent.
+	Concurrency
 )
 
 // MaxLogQuota is the largest Quota a SlidingLog limit accepts: it stores one
 // timestamp per admitted unit, per key.
 const MaxLogQuota = 10_000
+
+// MaxConcurrent is the largest cap a Concurrency limit accepts: it stores
+// one start time per held slot, per key.
+const MaxConcurrent = 10_000
+
+// ConcurrencyRetryAfter bounds the RetryAfter of a refusal by a
+// Concurrency limit. A held slot returns when its request finishes, which
+// no store can foresee; the time until the oldest slot's maximum hold ends
+// is only an upper bound, usually far too long (minutes, for a stream). So
+// a refusal says to retry after that time or after one second, whichever
+// is sooner: Retry-After: 1. The wait it gives is therefore a hint, not a
+// promise: a retry after it is admitted only if a slot was released
+// meanwhile (or the oldest one's hold ended).
+const ConcurrencyRetryAfter = time.Second
 
 // String returns the algorithm's name as used in documentation and storage
 // identifiers ("token-bucket").
@@ -76,6 +96,8 @@ func (a Algorithm) String() string {
 		return "sliding-log"
 	case FixedWindow:
 		return "fixed-window"
+	case Concurrency:
+		return "concurrency"
 	default:
 		return "algorithm(" + strconv.Itoa(int(a)) + ")"
 	}
@@ -95,6 +117,11 @@ const (
 	// a cost function and is usually settled after the response with
 	// ReportUsage.
 	Tokens Unit = "tokens"
+	// ConcurrentRequests counts requests in flight, the unit of a
+	// Concurrency limit (Concurrent). It is the quota unit
+	// "concurrent-requests" of the IETF RateLimit-Policy field
+	// (draft-ietf-httpapi-ratelimit-headers-11, §3.1), sent as qu.
+	ConcurrentRequests Unit = "concurrent-requests"
 )
 
 // CostFunc returns the cost of one HTTP request in a Limit's unit, before
@@ -296,9 +323,13 @@ func (l Limit) Err() error {
 }
 
 // String describes the limit, e.g. `"requests" 60/1m0s burst 60 token-bucket`
-// (with " shadow" appended for a shadow limit).
+// or `"concurrent-requests" 10 in flight, max hold 5m0s, concurrency` (with
+// " shadow" appended for a shadow limit).
 func (l Limit) String() string {
 	s := fmt.Sprintf("%q %d/%v burst %d %v", l.Name(), l.quota, l.period, l.Burst(), l.algorithm)
+	if l.algorithm == Concurrency {
+		s = fmt.Sprintf("%q %d in flight, max hold %v, %v", l.Name(), l.quota, l.period, l.algorithm)
+	}
 	if l.shadow {
 		s += " shadow"
 	}
@@ -307,6 +338,9 @@ func (l Limit) String() string {
 
 // finish validates l and computes its derived fields.
 func (l Limit) finish() Limit {
+	if l.algorithm == Concurrency && l.unit == Requests {
+		l.unit = ConcurrentRequests // WithAlgorithm(Concurrency): what it counts
+	}
 	l.scale, l.drain, l.capacity, l.periodUS, l.id = 0, 0, 0, 0, ""
 	l.wireQ, l.wireW = 0, 0
 	l.err = l.buildErr
@@ -339,6 +373,9 @@ func (l Limit) finish() Limit {
 		l.id = l.ns + "/" + l.id
 	}
 	l.wireQ, l.wireW = wireWindow(l.quota, periodMicros)
+	if l.algorithm == Concurrency {
+		l.wireQ, l.wireW = l.quota, 0 // a cap has no window: see HeadersIETF
+	}
 	return l
 }
 
@@ -432,7 +469,7 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: period must be a whole number of microseconds, got %v", ErrInvalidLimit, l.period)
 	case l.quota > maxScaled:
 		return fmt.Errorf("%w: quota must be at most 2^51, got %d", ErrInvalidLimit, l.quota)
-	case l.algorithm > FixedWindow:
+	case l.algorithm > Concurrency:
 		return fmt.Errorf("%w: unknown algorithm %v", ErrInvalidLimit, l.algorithm)
 	case l.name == "" && !validName(l.Name()):
 		return fmt.Errorf("%w: unit %q cannot serve as the limit's name (1 to 64 characters from [A-Za-z0-9_.-]); name the limit with Named", ErrInvalidLimit, l.unit)
@@ -467,6 +504,8 @@ func (l Limit) validateAlgorithm(drain int64) error {
 	case l.algorithm == SlidingLog && l.quota > MaxLogQuota:
 		return fmt.Errorf("%w: %s: a sliding log keeps one entry per unit, so its quota is at most %d, got %d",
 			ErrInvalidLimit, l.Name(), MaxLogQuota, l.quota)
+	case l.algorithm == Concurrency:
+		return l.validateConcurrency()
 	}
 	return nil
 }
@@ -498,6 +537,8 @@ func algoCode(a Algorithm) string {
 		return "sl"
 	case FixedWindow:
 		return "fw"
+	case Concurrency:
+		return "cc"
 	default:
 		return "a" + strconv.Itoa(int(a))
 	}
@@ -531,4 +572,63 @@ func ceilDiv(a, b int64) int64 {
 		return a
 	}
 	return (a-1)/b + 1
+}
+
+// Concurrent returns a concurrency cap: at most n requests of one key in
+// flight at once (unit ConcurrentRequests, 1 ≤ n ≤ MaxConcurrent), with
+// algorithm Concurrency, named "concurrent-requests" unless Named. Every
+// admitted request holds one slot from its admission until it is released,
+// or for at most maxHold (1µs ≤ maxHold ≤ about 100 years, a whole number
+// of microseconds): a slot whose holder died (a crashed instance, a lost
+// release) comes back on its own maxHold after it was taken, so choose a
+// maxHold longer than the longest request (a stream included) and short
+// enough that a crash does not lock a key out for long. A slot held beyond
+// maxHold by a request still running is no longer counted.
+//
+// It is decided with the other limits in the same all-or-nothing
+// Store.Take: a request refused by a rate limit holds no slot, and one
+// refused by the cap is charged nothing on the rate limits. A refusal's
+// RetryAfter is at most ConcurrencyRetryAfter (1 s), a hint: see there.
+// Decision.Remaining is n minus the slots held after the decision, and
+// Decision.Reset the time until every held slot's maxHold has passed.
+//
+// Release: the middleware (Limiter.Handler) releases the slot on every
+// exit path, when the handler returns or panics (a stream holds its slot
+// until the handler returns); Limiter.Reserve's Reservation.Release and
+// Transport release it for outbound calls. A Store releases a slot with an
+// Adjust of Cost −k (k slots, normally 1) and Request.At the At of the
+// Take's Decision, which names the slot: the slots taken at that
+// microsecond are released, at most k of them. A release of a slot that is
+// no longer held (released already, or its maxHold has passed) releases
+// nothing, so a counter can never go negative or leak; a release that fails
+// at the store (counted in Stats.StoreErrors) leaves its slot held until
+// maxHold. An Adjust with At 0 releases the most recently taken slots; one
+// with Cost > 0 takes slots without a check (at most 2n held in all).
+//
+// A Concurrency limit has no burst other than n, no cost function (each
+// request holds one slot) and no AlignToFirstHit: Err reports them.
+// Every(n, maxHold).WithAlgorithm(Concurrency) builds the same limit (its
+// unit Requests becomes ConcurrentRequests).
+func Concurrent(n int64, maxHold time.Duration) Limit {
+	l := Limit{quota: n, period: maxHold, algorithm: Concurrency, unit: ConcurrentRequests}
+	return l.finish()
+}
+
+// MaxHold returns the longest a slot of a Concurrency limit is held before
+// it returns by itself: its Period.
+func (l Limit) MaxHold() time.Duration { return l.period }
+
+// validateConcurrency checks the rules of a Concurrency limit.
+func (l Limit) validateConcurrency() error {
+	switch {
+	case l.burst != 0 && l.burst != l.quota:
+		return fmt.Errorf("%w: %s: a concurrency cap holds at most its cap; it has no separate burst (got burst %d, cap %d)",
+			ErrInvalidLimit, l.Name(), l.burst, l.quota)
+	case l.quota > MaxConcurrent:
+		return fmt.Errorf("%w: %s: a concurrency cap keeps one start time per held slot, so it is at most %d, got %d",
+			ErrInvalidLimit, l.Name(), MaxConcurrent, l.quota)
+	case l.cost != nil:
+		return fmt.Errorf("%w: %s: a concurrency cap holds one slot per request; it takes no cost function", ErrInvalidLimit, l.Name())
+	}
+	return nil
 }

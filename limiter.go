@@ -191,7 +191,8 @@ type Stats struct {
 	CostErrors uint64
 	// Settled counts requests whose reported usage was settled with the
 	// store after the handler returned, or whose failed call's release
-	// was settled when the handler wrote its status.
+	// was settled when the handler wrote its status. The release of a
+	// concurrency cap's slot (Concurrent) is a settlement too.
 	Settled uint64
 	// ShadowLimited counts requests admitted although a shadow limit
 	// (Limit.Shadow) refused them: the extra refusals that enforcing the

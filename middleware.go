@@ -199,7 +199,7 @@ func (l *Limiter) refusalStatus(res Result) int {
 		return http.StatusRequestEntityTooLarge
 	}
 	if l.quotaStatus != 0 {
-		if d := res.Binding(); d != nil && d.Limit.Period() >= l.quotaThreshold {
+		if d := res.Binding(); d != nil && d.Limit.Period() >= l.quotaThreshold && !holdsSlot(d.Limit) {
 			return l.quotaStatus
 		}
 	}

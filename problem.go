@@ -136,6 +136,10 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 		if d := rej.Binding(); d != nil {
 			l := d.Limit
 			p.Detail = fmt.Sprintf("quota exceeded: the %q limit allows %s per %s", l.Name(), units(l.Quota(), l.Unit()), periodPhrase(l.Period()))
+			if holdsSlot(l) {
+				p.Detail = fmt.Sprintf("too many requests in flight: the %q limit allows %d at once, and %d are in flight",
+					l.Name(), l.Quota(), l.Quota()-d.Remaining)
+			}
 			if cost := costAt(rej.Costs, rej.Decisions, d); cost != 1 {
 				p.Detail += fmt.Sprintf(" and this request needs %d (%d left)", cost, d.Remaining)
 			}

@@ -205,6 +205,10 @@ func (l *Limiter) storeError(ctx, tctx context.Context, op StoreOp, err error) e
 // Allowed and Bypassed; FailClosed a refusal with a RetryAfter of one
 // second. When ctx ends first, err wraps ctx's error and res is the zero
 // Result.
+//
+// A slot taken on a concurrency cap (Concurrent) is held until the cap's
+// maximum hold ends: Take returns no handle to release it early. Use
+// Reserve, whose Reservation.Release gives it back.
 func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result, error) {
 	n := len(l.limits)
 	switch {

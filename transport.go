@@ -164,17 +164,29 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	ctx := req.Context()
 	for attempt := 0; ; attempt++ {
-		if err := l.Wait(ctx, key, costs...); err != nil {
+		res, err := l.wait(ctx, key, costs)
+		if err != nil {
 			return nil, err
 		}
+		release := l.slotReleaser(ctx, key, res, costs) // nil without a concurrency cap
 		out := req
 		if attempt > 0 {
 			if out, err = replay(req); err != nil {
+				if release != nil {
+					release()
+				}
 				return nil, err
 			}
 		}
 		sent = true
 		resp, err := base.RoundTrip(out)
+		if release != nil {
+			if err != nil {
+				release()
+				return nil, err
+			}
+			resp = bodyReleasing(resp, release)
+		}
 		if err != nil {
 			return nil, err
 		}

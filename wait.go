@@ -23,8 +23,9 @@ type Reservation struct {
 	costs []int64 // as given to Reserve; nil means 1 per limit
 	res   Result
 
-	mu   sync.Mutex
-	done bool // Cancel has run
+	mu       sync.Mutex
+	done     bool // Cancel has run
+	released bool // Release has run: the slots are given back
 }
 
 // Reserve charges costs to key on all of the Limiter's limits at once,
@@ -90,6 +91,8 @@ func (r *Reservation) cost(i int) int64 {
 //
 // Per limit:
 //
+//   - Concurrency (Concurrent): the slots are given back, as Release does
+//     (unless it already has).
 //   - TokenBucket, GCRA and the window algorithms are meters: the units
 //     are refunded with one Adjust (Request.At set to the decision's At,
 //     so a window algorithm credits the window that was charged). This is
@@ -139,8 +142,9 @@ func (l *Limiter) release(ctx context.Context, r *Reservation) error {
 	for i := range ds {
 		d := &ds[i]
 		switch {
-		case !d.Allowed || r.cost(i) <= 0:
-			// Not charged (a refusing shadow limit) or nothing to give.
+		case !d.Allowed || r.cost(i) <= 0 || r.released && holdsSlot(d.Limit):
+			// Not charged (a refusing shadow limit), nothing to give, or
+			// a slot given back by Release already.
 		case d.Limit.Algorithm() != LeakyBucket:
 			refund[i] = true
 		case exactQueue(d.Limit):
@@ -233,7 +237,18 @@ func exactQueue(l *Limit) bool {
 // or retry would pass, Wait does not wait for nothing: it cancels at once
 // and returns an error wrapping context.DeadlineExceeded. Invalid
 // arguments return an error wrapping ErrInvalidRequest.
+//
+// Wait returns no reservation, so a slot it takes on a concurrency cap
+// (Concurrent) is not released before the cap's maximum hold ends; workers
+// use Reserve and Reservation.Release instead (Transport does so).
 func (l *Limiter) Wait(ctx context.Context, key string, costs ...int64) error {
+	_, err := l.wait(ctx, key, costs)
+	return err
+}
+
+// wait is Wait, returning the admission it waited for (the zero Result
+// with an error; a Bypassed one under FailOpen).
+func (l *Limiter) wait(ctx context.Context, key string, costs []int64) (Result, error) {
 	for {
 		// Take rather than Reserve: a Reservation is needed only to
 		// cancel, so the common path allocates none.
@@ -242,32 +257,32 @@ func (l *Limiter) Wait(ctx context.Context, key string, costs ...int64) error {
 		case err != nil && !res.Allowed && res.RetryAfter == 0:
 			// No decision: bad arguments, or ctx ended.
 			if cerr := ctx.Err(); cerr != nil {
-				return cerr
+				return Result{}, cerr
 			}
-			return err
+			return Result{}, err
 		case err != nil && res.Bypassed:
-			return nil
+			return res, nil
 		case err != nil:
-			return err
+			return Result{}, err
 		case res.tooLarge():
-			return (&Reservation{res: res, costs: costs}).neverFits()
+			return Result{}, (&Reservation{res: res, costs: costs}).neverFits()
 		case !res.Allowed:
 			if err := l.waitFor(ctx, max(res.RetryAfter, time.Microsecond)); err != nil {
-				return err
+				return Result{}, err
 			}
 			continue
 		}
 		if res.Delay <= 0 {
-			return nil
+			return res, nil
 		}
 		if err := l.waitFor(ctx, res.Delay); err != nil {
 			// Give the slot back; a failure is counted in Stats and
 			// hooks, and the caller's error is the cancellation.
 			r := &Reservation{lim: l, key: key, costs: costs, res: res}
 			_ = r.Cancel(context.WithoutCancel(ctx))
-			return err
+			return Result{}, err
 		}
-		return nil
+		return res, nil
 	}
 }
 

@@ -345,9 +345,9 @@ func runDemo(w io.Writer, o options) error {
 		want.PlanErrors += uint64(p.wantBadKey)
 		want.TooLarge += uint64(p.wantTooLarge)
 		want.Released += uint64(p.wantFailed)
-		if p.wantOK > 0 && p.usage != p.reserve {
-			want.Settled += uint64(p.wantOK) // usage ≠ reservation: one Adjust each
-		}
+		// One Adjust each: the call's slot on the concurrency cap comes
+		// back, with its tokens settled in the same call.
+		want.Settled += uint64(p.wantOK)
 	}
 	want.Settled += want.Released
 	got := f.stats()
@@ -376,6 +376,10 @@ func runDemo(w io.Writer, o options) error {
 		bad[0].status, bad[1].status, bad[2].status, defaultMaxTokens, graceTokens, o.tpd)
 	if bad[0].status != http.StatusUnauthorized || bad[1].status != http.StatusBadRequest ||
 		bad[2].status != http.StatusBadRequest || graceTokens != o.tpd {
+		ok = false
+	}
+
+	if !checkConcurrency(w, httpClient, f, ps, plans, o) {
 		ok = false
 	}
 
@@ -641,4 +645,89 @@ func planned(ps []keyPlan, key string) bool {
 		}
 	}
 	return false
+}
+
+// peekSlots returns how many slots key holds on its plan's concurrency
+// cap, straight from store (a Take of cost 0), or -1.
+func peekSlots(store ratelimit.Store, plans *ratelimit.Plans, key string) int64 {
+	set, err := plans.Lookup(planOf(key), "")
+	if err != nil {
+		return -1
+	}
+	for _, l := range set.Limits() {
+		if l.Algorithm() == ratelimit.Concurrency {
+			out := make([]ratelimit.Decision, 1)
+			if store.Take(context.Background(), []ratelimit.Request{{Key: key, Limit: &l}}, out) != nil {
+				return -1
+			}
+			return l.Quota() - out[0].Remaining
+		}
+	}
+	return -1
+}
+
+// checkConcurrency shows the concurrency cap: after the traffic above no
+// key holds a slot; then sk-free-kate sends as many slow calls as its cap
+// at once, spread over the instances, and, while they are all held, 3 more:
+// the cap, shared by the fleet, refuses those with 429 and Retry-After: 1.
+// Once the slow calls are let go, every slot is back and a new call passes.
+func checkConcurrency(w io.Writer, client *http.Client, f *fleet, ps []keyPlan, plans *ratelimit.Plans, o options) bool {
+	ok := true
+	held := int64(0)
+	for _, p := range ps {
+		if n := peekSlots(f.stores[0], plans, p.key); n > 0 {
+			held += n
+		}
+	}
+	fmt.Fprintf(w, "== The concurrency cap: at most %d calls of a free key in flight at once, across the instances ==\n", o.concurrent)
+	fmt.Fprintf(w, "After all the calls above, slots still held by their keys: %d (want 0).\n", held)
+	ok = ok && held == 0
+
+	const key, extra = "sk-free-kate", 3
+	n := int(o.concurrent)
+	if o.rpm < int64(n+extra+1) {
+		fmt.Fprintf(w, "  skipped: -rpm %d is below the %d calls this check sends\n\n", o.rpm, n+extra+1)
+		return ok
+	}
+	reqs := make([]demoRequest, n)
+	for i := range reqs {
+		reqs[i] = demoRequest{key: key, body: chatBody(slowModel, 40, 10, i%2 == 1), instance: i % demoInstances}
+	}
+	done := make(chan []outcome, 1)
+	go func() { done <- send(client, f, reqs, n) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for slowHold.held.Load() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	inFlight := slowHold.held.Load()
+	heldSlots := peekSlots(f.stores[0], plans, key)
+	more := make([]demoRequest, extra)
+	for i := range more {
+		more[i] = demoRequest{key: key, body: chatBody("demo", 40, 10, false), instance: i % demoInstances}
+	}
+	refused := send(client, f, more, 1)
+	close(slowHold.gate)
+	slow := <-done
+	after := sendOne(client, f.urls[0], demoRequest{key: key, body: chatBody("demo", 40, 10, false)})
+	left := peekSlots(f.stores[0], plans, key)
+
+	okSlow := 0
+	for _, r := range slow {
+		if r.status == http.StatusOK {
+			okSlow++
+		}
+	}
+	okRefused := 0
+	for _, r := range refused {
+		if r.status == http.StatusTooManyRequests && r.retryAfter == "1" {
+			okRefused++
+		}
+	}
+	fmt.Fprintf(w, "%s sends %d slow calls at once: %d held by the model, %d slots held in the store (want %d and %d).\n",
+		key, n, inFlight, heldSlots, n, n)
+	fmt.Fprintf(w, "While they are held, %d more calls: %d refused with 429 and Retry-After: 1 (want %d).\n", extra, okRefused, extra)
+	fmt.Fprintf(w, "Let go, the slow calls answer: %d × 200 (want %d); then a new call: %d (want 200); slots held: %d (want 0).\n\n",
+		okSlow, n, after.status, left)
+	return ok && inFlight == int64(n) && heldSlots == int64(n) && okRefused == extra && okSlow == n &&
+		after.status == http.StatusOK && left == 0
 }

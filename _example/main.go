@@ -2,7 +2,9 @@
 // rampmeter: every API key has a plan, named by its prefix — sk-free-…
 // gets -rpm requests per minute and -tpd AI tokens per day, sk-pro-…
 // gets -pro-rpm and -pro-tpd, any other key is an invalid API key (401) — decided
-// atomically in one shared store by every instance. Token estimates come
+// atomically in one shared store by every instance, with at most
+// -concurrent (-pro-concurrent) calls of one key in flight at once across
+// the instances (a concurrency cap: 429 with Retry-After: 1 beyond it). Token estimates come
 // from the request body (llm.EstimateOpenAITokens), are reserved
 // before the model runs (at most half the daily quota per request) and
 // settled to the real usage after it; failed model calls are refunded; a
@@ -53,6 +55,8 @@ type options struct {
 	tpd          int64
 	proRPM       int64
 	proTPD       int64
+	concurrent   int64 // calls in flight per key, free plan
+	proConc      int64 // calls in flight per key, pro plan
 	instances    int
 	demo         bool
 	storeTimeout time.Duration
@@ -67,6 +71,8 @@ func main() {
 	flag.Int64Var(&o.tpd, "tpd", 100_000, "AI tokens per day per API key of the free plan")
 	flag.Int64Var(&o.proRPM, "pro-rpm", 600, "requests per minute per API key of the pro plan (sk-pro-…)")
 	flag.Int64Var(&o.proTPD, "pro-tpd", 2_000_000, "AI tokens per day per API key of the pro plan")
+	flag.Int64Var(&o.concurrent, "concurrent", 10, "calls in flight at once per API key of the free plan, across the instances")
+	flag.Int64Var(&o.proConc, "pro-concurrent", 50, "calls in flight at once per API key of the pro plan")
 	flag.DurationVar(&o.storeTimeout, "store-timeout", 0, "deadline of each store call, then FailOpen applies (default: the library's 50ms with -redis; 1s for the embedded miniredis, which runs Lua interpreted in this process and queues a burst)")
 	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
 	flag.BoolVar(&o.demo, "demo", false, "send bursts from several API keys to 5 instances sharing one store, print what each got, and exit (0 only if every limit held exactly)")
@@ -127,10 +133,26 @@ func newPlans(o options) (*ratelimit.Plans, error) {
 	if o.rpm < 1 || o.tpd < 1 || o.proRPM < 1 || o.proTPD < 1 {
 		return nil, fmt.Errorf("-rpm, -tpd, -pro-rpm and -pro-tpd must be at least 1")
 	}
-	return ratelimit.NewPlans(map[string][]ratelimit.Limit{
+	if o.concurrent < 1 || o.proConc < 1 || max(o.concurrent, o.proConc) > ratelimit.MaxConcurrent {
+		return nil, fmt.Errorf("-concurrent and -pro-concurrent must be 1..%d", ratelimit.MaxConcurrent)
+	}
+	return withConcurrencyCaps(o, map[string][]ratelimit.Limit{
 		"free": {ratelimit.PerMinute(o.rpm).Named("requests"), ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens)},
 		"pro":  {ratelimit.PerMinute(o.proRPM).Named("requests"), ratelimit.PerDay(o.proTPD).Named("tokens").CostFrom(estimateTokens)},
 	})
+}
+
+// maxHold is the concurrency caps' maximum hold: longer than any call of
+// the fake model (a stream included), so a slot returns early only when its
+// call ends; a slot whose instance died returns by itself after it.
+const maxHold = 5 * time.Minute
+
+// withConcurrencyCaps adds each plan's cap on calls in flight per key
+// (named "concurrent-requests") to its limits, and validates the plans.
+func withConcurrencyCaps(o options, plans map[string][]ratelimit.Limit) (*ratelimit.Plans, error) {
+	plans["free"] = append(plans["free"], ratelimit.Concurrent(o.concurrent, maxHold))
+	plans["pro"] = append(plans["pro"], ratelimit.Concurrent(o.proConc, maxHold))
+	return ratelimit.NewPlans(plans)
 }
 
 // planOf names the plan of an API key: "sk-pro-alice" is on "pro". A real
@@ -262,25 +284,29 @@ func serve(o options) error {
 	fmt.Printf(`
 rampmeter demo API: %d instance(s), shared store: %s
 plans: sk-free-… %d requests/min and %d tokens/day; sk-pro-… %d requests/min and %d tokens/day
+       at most %d (free) and %d (pro) calls of one key in flight at once
 
 Try it:
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Hello there"}],"max_tokens":16}'
-  curl -sN http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
+  curl -sN http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Stream please"}],"stream":true}'
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo-fail","messages":[{"role":"user","content":"hi"}]}'        # 502: reservation refunded
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
-  curl -si http://%[7]s/v1/chat/completions -d '{}'                                   # 401: no API key
-  curl -s http://%[7]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
-  seq 70 | xargs -P 70 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[7]s/v1/chat/completions \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
+  curl -si http://%[9]s/v1/chat/completions -d '{}'                                   # 401: no API key
+  curl -s http://%[9]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
+  seq 70 | xargs -P 8 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[9]s/v1/chat/completions \
        -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' \
-       | sort | uniq -c                                                               # 70 at once: 60 × 200, 10 × 429
+       | sort | uniq -c                                                               # 70 calls, 8 at a time: 60 × 200, 10 × 429
+  seq 12 | xargs -P 12 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[9]s/v1/chat/completions \
+       -H 'Authorization: Bearer sk-free-carol' -d '{"model":"demo-slow","messages":[{"role":"user","content":"hi"}]}' \
+       | sort | uniq -c                                                               # 12 slow calls at once: 10 × 200, 2 × 429 (the cap)
 
 Ctrl-C stops.
-`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, first)
+`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, o.concurrent, o.proConc, first)
 
 	select {
 	case <-ctx.Done():

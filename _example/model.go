@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rampmeter/ratelimit"
@@ -25,13 +27,39 @@ import (
 // is prompt tokens + max_tokens, reserved (at most half the daily quota,
 // WithReserveClamp) and settled to the real usage, prompt + completion,
 // after it. The model named failModel always fails with 502, as an
-// unavailable upstream would: its reservations are released.
+// unavailable upstream would: its reservations are released. The model
+// named slowModel answers like "demo" after holding the call for
+// slowHold.max (2 s) or until slowHold.gate is closed, whichever comes
+// first, so that calls pile up against the concurrency cap.
 const (
 	defaultMaxTokens = 256
 	maxCompletion    = 50
 	maxBodyBytes     = 1 << 20 // 1 MiB
 	failModel        = "demo-fail"
+	slowModel        = "demo-slow"
 )
+
+// slowHold holds the calls of slowModel: the -demo run closes gate once it
+// has seen every call it expects held (held counts them), with a max long
+// enough never to end a hold first.
+var slowHold = struct {
+	max  time.Duration
+	gate chan struct{}
+	held atomic.Int64 // calls being held now
+}{max: 2 * time.Second, gate: make(chan struct{})}
+
+// holdSlow holds a call of slowModel (see slowHold).
+func holdSlow(ctx context.Context) {
+	slowHold.held.Add(1)
+	defer slowHold.held.Add(-1)
+	t := time.NewTimer(slowHold.max)
+	defer t.Stop()
+	select {
+	case <-slowHold.gate:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
 type chatMessage struct {
 	Role    string `json:"role"`
@@ -105,6 +133,9 @@ func completions(w http.ResponseWriter, r *http.Request) {
 		// releases the token reservation (the request still counts).
 		writeError(w, &ratelimit.StatusError{Code: http.StatusBadGateway, Message: "The model is unavailable; try again later."})
 		return
+	}
+	if body.Model == slowModel {
+		holdSlow(r.Context())
 	}
 	// A proxy forwards the body upstream with include_usage set, so that
 	// a stream ends with a usage chunk (the fake model honours it), and

@@ -177,8 +177,12 @@ func statusOf(err error, fallback int) (int, string) {
 }
 
 // rateName names a limit's rate as OpenAI's messages do: "tokens per min
-// (TPM)", "requests per day (RPD)", "tokens per 10 seconds".
+// (TPM)", "requests per day (RPD)", "tokens per 10 seconds"; a concurrency
+// cap's is "requests in flight at once".
 func rateName(l *ratelimit.Limit) string {
+	if l.Algorithm() == ratelimit.Concurrency {
+		return "requests in flight at once"
+	}
 	var per, abbr string
 	switch l.Period() {
 	case time.Minute:

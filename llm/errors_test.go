@@ -125,3 +125,18 @@ func TestOpenAIErrorsQuotaExhausted(t *testing.T) {
 	assert.Equal(t, `{"error":{"message":"You exceeded your quota for \"tokens\" on tokens per day (TPD): Limit 1000, Used 1000, Requested 10. `+
 		`Please try again in 14m24s.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}`+"\n", w.Body.String())
 }
+
+// A refusal by a concurrency cap names it as what it is: requests in flight.
+func TestOpenAIErrorsConcurrencyCap(t *testing.T) {
+	lim, _ := newLimiter(t, ratelimit.WithLimits(ratelimit.Concurrent(2, time.Minute).Named("inflight")), ratelimit.WithErrorFormat(llm.OpenAIErrors()))
+	for range 2 { // two calls in flight (never released here)
+		res, err := lim.Take(t.Context(), "k")
+		require.NoError(t, err)
+		require.True(t, res.Allowed)
+	}
+	w := serve(lim.Handler(okHandler), request("GET", "/", "k", -1))
+	require.Equal(t, http.StatusTooManyRequests, w.Code)
+	assert.Equal(t, "1", w.Header().Get("Retry-After"))
+	assert.Equal(t, `{"error":{"message":"Rate limit reached for \"inflight\" on requests in flight at once: Limit 2, Used 2, Requested 1. `+
+		`Please try again in 1s.","type":"concurrent-requests","param":null,"code":"rate_limit_exceeded"}}`+"\n", w.Body.String())
+}

@@ -62,8 +62,10 @@
 //
 // What passes straight through, one backing call per call as without the
 // decorator: cold keys; LeakyBucket limits, whose Delay is a place in a
-// schedule the fleet shares, and SlidingLog limits, which record each
-// admission's time (neither can be handed out in advance); peeks (every
+// schedule the fleet shares, SlidingLog limits, which record each
+// admission's time, and concurrency caps (ratelimit.Concurrent), whose
+// slots are held by requests in flight across the fleet and released one
+// by one (none can be handed out in advance); peeks (every
 // cost 0), which read the backing store's exact state, in which leased
 // units count as spent; costs above a limit's burst; stacks of more than 8
 // requests or naming one (key, limit) pair twice; calls beyond WithMaxKeys

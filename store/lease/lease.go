@@ -188,7 +188,8 @@ func (s *Store) pass(ctx context.Context, reqs []ratelimit.Request, out []rateli
 
 // leasable reports whether limits of algorithm a can be leased: the
 // meters. A LeakyBucket's Delay is a place in a schedule shared by the
-// fleet, and a SlidingLog records each admission's time: neither can be
+// fleet, a SlidingLog records each admission's time, and a Concurrency
+// cap's slots are released one by one, by their start time: none can be
 // handed out in advance.
 func leasable(a ratelimit.Algorithm) bool {
 	switch a {

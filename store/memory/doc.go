@@ -98,6 +98,13 @@
 // loss is at most that user's usage. Sampling makes the choice approximate
 // and cheap: eviction costs a handful of reads, never a scan.
 //
+// A concurrency cap's entry (ratelimit.Concurrent) holds the start time of
+// each slot held and expires when its newest slot's maximum hold ends, so
+// it is evicted late, after entries of short rate limits. Evicted anyway,
+// it forgets its slots: the key may start up to the cap more requests while
+// those still run, and their releases then find nothing to release (they
+// never drive a count below zero). Its size is one int64 per held slot.
+//
 // Eviction is a safety valve, not a working mode: size MaxKeys above the
 // number of (key, limit) pairs active within the longest Reset of your
 // limits. An entry takes about 140 bytes with short keys (see

@@ -57,7 +57,7 @@ type shardData struct {
 	// hashes its key once and updates its slot in place.
 	slab  []entry
 	names []name
-	logs  map[int32][]int64 // SlidingLog entries' timestamps, by slot
+	logs  map[int32][]int64 // SlidingLog and Concurrency entries' timestamps, by slot
 	free  []int32           // slots not in use
 	live  int               // slots in use: at most max
 	max   int               // cap on live
@@ -139,9 +139,9 @@ func (sh *shard) drop(h uint64, slot int32, stale bool) {
 func (sh *shard) load(slot int32, l *ratelimit.Limit, st *ratelimit.State) {
 	e := &sh.slab[slot]
 	st.Level, st.Updated, st.Prev = e.level, e.updated, e.prev
-	// Only SlidingLog entries have logs: a shard without any needs no
-	// look at the algorithm.
-	if len(sh.logs) != 0 && l.Algorithm() == ratelimit.SlidingLog {
+	// Only SlidingLog and Concurrency entries have logs: a shard without
+	// any needs no look at the algorithm.
+	if len(sh.logs) != 0 && (l.Algorithm() == ratelimit.SlidingLog || l.Algorithm() == ratelimit.Concurrency) {
 		st.Log = sh.logs[slot]
 	}
 }

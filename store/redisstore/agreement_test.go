@@ -174,7 +174,7 @@ func formatState(l *ratelimit.Limit, st ratelimit.State) string {
 		return i(st.Level)
 	case ratelimit.SlidingWindow:
 		return i(st.Level) + ":" + i(st.Updated) + ":" + i(st.Prev)
-	case ratelimit.SlidingLog:
+	case ratelimit.SlidingLog, ratelimit.Concurrency:
 		// Run-length encoded: "t:n" for n equal entries t, in order.
 		var parts []string
 		for j := 0; j < len(st.Log); {
@@ -258,6 +258,12 @@ func limitGroups(t testing.TB) map[string][]*ratelimit.Limit {
 			limitOf(t, ratelimit.PerSecond(100).WithAlgorithm(log).Named("hundred-per-second")),
 			limitOf(t, ratelimit.Every(3, 7*time.Microsecond).WithAlgorithm(log).Named("three-per-7us")),
 			limitOf(t, ratelimit.Every(ratelimit.MaxLogQuota, time.Minute).WithAlgorithm(log).Named("max-quota")),
+		},
+		"Concurrency": {
+			limitOf(t, ratelimit.Concurrent(3, 10*time.Millisecond).Named("three-for-10ms")),
+			limitOf(t, ratelimit.Concurrent(1, 7*time.Microsecond).Named("one-for-7us")),
+			limitOf(t, ratelimit.Concurrent(100, time.Minute).Named("hundred")),
+			limitOf(t, ratelimit.Concurrent(ratelimit.MaxConcurrent, 50*365*24*time.Hour).Named("max-cap-fifty-years")),
 		},
 	}
 	var all []*ratelimit.Limit

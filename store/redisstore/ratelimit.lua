@@ -3,7 +3,7 @@
 -- This script is the Redis twin of the Go functions in package ratelimit's
 -- algorithm.go: (*Limit).TakeAt, AdjustFrom and ExpiresAt for every
 -- algorithm (token bucket, leaky bucket, GCRA, fixed window, sliding-window
--- counter, sliding log). It must compute exactly the same integers; the
+-- counter, sliding log, concurrency cap). It must compute exactly the same integers; the
 -- package tests compare the two step by step. Each Lua function below names
 -- the Go function it mirrors.
 --
@@ -23,7 +23,9 @@
 --             (parse_params), e.g. "t3:50:60:60:60000000"
 --       algo           "t" token bucket, "l" leaky bucket, "g" GCRA, "f"
 --                      fixed window, "F" fixed window aligned to the first
---                      hit, "s" sliding-window counter, "o" sliding log
+--                      hit, "s" sliding-window counter, "o" sliding log,
+--                      "c" concurrency cap (quota = the cap, period =
+--                      the maximum hold)
 --       scale, drain   ratelimit.Limit.Params: one unit refills in
 --                      scale/drain µs
 --       burst, quota   units
@@ -49,6 +51,7 @@
 --   sliding window       "<count>:<window start>:<previous count>"
 --   sliding log          "<t>:<n>,<t>:<n>,..." the log run-length encoded:
 --                        n admissions at µs t, oldest first
+--   concurrency cap      the same: n held slots started at µs t
 -- Every key expires (PX) when its state becomes equivalent to a key never
 -- seen (ExpiresAt), rounded up to the millisecond; a state already there is
 -- deleted instead of written.
@@ -439,13 +442,124 @@ local function log_adjust(st, now, charged_at, delta, p)
   end
 end
 
+-- ---- Concurrency cap ----
+-- State {runs}, as for the sliding log: runs[i] = {t, n}, n slots that
+-- started at µs t, t increasing. A slot is held while t + period (the
+-- maximum hold) > now; p.quota is the cap.
+
+-- ratelimit.ConcurrencyRetryAfter in µs: the most a refusal asks to wait.
+local CONCURRENCY_RETRY = 1000000
+
+-- slotsHeld: drop the slots whose maximum hold has ended.
+local function slots_held(runs, now, p)
+  local i = 1
+  while i <= #runs and runs[i][1] + p.period <= now do
+    i = i + 1
+  end
+  if i > 1 then
+    local held = {}
+    for j = i, #runs do
+      held[#held + 1] = runs[j]
+    end
+    return held
+  end
+  return runs
+end
+
+-- slotsInsert: n slots started at now, after every slot started at or
+-- before now (in order even if the clock moved back, so that each slot
+-- keeps the start time that releases it).
+local function slots_insert(runs, now, n)
+  if n <= 0 then
+    return
+  end
+  local i = #runs
+  while i >= 1 and runs[i][1] > now do
+    i = i - 1
+  end
+  if i >= 1 and runs[i][1] == now then
+    runs[i][2] = runs[i][2] + n
+  else
+    table.insert(runs, i + 1, {now, n})
+  end
+end
+
+-- describeSlots: remaining = cap - held, reset = until the newest slot's
+-- hold ends.
+local function describe_slots(runs, now, p)
+  local remaining = max(0, p.quota - log_count(runs))
+  local reset = 0
+  if #runs > 0 then
+    reset = runs[#runs][1] + p.period - now
+  end
+  return remaining, reset
+end
+
+-- slotsTake. Returns allowed, retry, delay.
+local function slots_take(st, now, cost, p)
+  st[1] = slots_held(st[1], now, p)
+  local runs = st[1]
+  local n = log_count(runs)
+  if cost > p.quota then
+    return 0, -1, 0
+  end
+  if n + cost > p.quota then
+    -- The oldest k slots must return: the k-th (1-based) ends its hold
+    -- first, capped at CONCURRENCY_RETRY.
+    local k = n + cost - p.quota
+    for i = 1, #runs do
+      k = k - runs[i][2]
+      if k <= 0 then
+        return 0, min(runs[i][1] + p.period - now, CONCURRENCY_RETRY), 0
+      end
+    end
+  end
+  slots_insert(runs, now, cost)
+  return 1, 0, 0
+end
+
+-- slotsAdjust: a release (delta < 0) removes up to -delta slots started
+-- at charged_at exactly (the Take's At, not normalised), or with
+-- charged_at <= 0 the newest; a charge takes slots at now, at most 2 cap
+-- held in all.
+local function slots_adjust(st, now, charged_at, delta, p)
+  st[1] = slots_held(st[1], now, p)
+  local runs = st[1]
+  if delta > 0 then
+    slots_insert(runs, now, min(delta, 2 * p.quota - log_count(runs)))
+  elseif delta < 0 and charged_at <= 0 then
+    while #runs > 0 and delta < 0 do
+      local last = runs[#runs]
+      local k = min(last[2], -delta)
+      last[2] = last[2] - k
+      delta = delta + k
+      if last[2] == 0 then
+        runs[#runs] = nil
+      end
+    end
+  elseif delta < 0 then
+    for i = #runs, 1, -1 do
+      local r = runs[i]
+      if r[1] == charged_at then
+        r[2] = r[2] - min(r[2], -delta)
+        if r[2] == 0 then
+          table.remove(runs, i)
+        end
+        break
+      elseif r[1] < charged_at then
+        break
+      end
+    end
+  end
+end
+
 -- ---- Dispatch, storage ----
 
 -- decode parses a stored string into the working state of algorithm p.
 local function decode(v, p)
   local a = p.algo
   if not v then
-    if a == 'o' then
+    if a == 'o' or a == 'c' then
       return {{}}
     end
     return {0, 0, 0}
@@ -466,7 +580,7 @@ local function decode(v, p)
     if l then
       st = {tonumber(l), tonumber(u), tonumber(pr)}
     end
-  elseif a == 'o' then
+  elseif a == 'o' or a == 'c' then
     local runs = {}
     for t, n in string.gmatch(v, '(%-?%d+):(%d+)') do
       runs[#runs + 1] = {tonumber(t), tonumber(n)}
@@ -487,7 +601,7 @@ local function encode(st, p)
     return string.format('%d', st[1])
   elseif a == 's' then
     return string.format('%d:%d:%d', st[1], st[2], st[3])
-  elseif a == 'o' then
+  elseif a == 'o' or a == 'c' then
     local parts = {}
     for i, r in ipairs(st[1]) do
       parts[i] = string.format('%d:%d', r[1], r[2])
@@ -502,7 +616,7 @@ local function expires_at(st, p)
   local a = p.algo
   if a == 'g' then
     return st[1]
-  elseif a == 'o' then
+  elseif a == 'o' or a == 'c' then
     local runs = st[1]
     if #runs == 0 then
       return 0
@@ -527,6 +641,9 @@ local function take(st, now, cost, p)
   elseif a == 'o' then
     allowed, retry, delay = log_take(st, now, cost, p)
     remaining, reset = describe_log(st[1], now, p)
+  elseif a == 'c' then
+    allowed, retry, delay = slots_take(st, now, cost, p)
+    remaining, reset = describe_slots(st[1], now, p)
   elseif a == 't' or a == 'l' then
     allowed, retry, delay = bucket_take(st, now, cost, p)
     remaining, reset = describe_bucket(st, p)
@@ -539,6 +656,10 @@ end
 
 -- adjust mirrors AdjustFrom; it updates st and returns remaining, reset.
 local function adjust(st, now, charged_at, delta, p)
+  if p.algo == 'c' then -- charged_at names a slot: used as given
+    slots_adjust(st, now, charged_at, delta, p)
+    return describe_slots(st[1], now, p)
+  end
   if charged_at <= 0 or charged_at > now then
     charged_at = now
   end

@@ -544,6 +544,8 @@ func algoCode(l *ratelimit.Limit) string {
 		return "s"
 	case ratelimit.SlidingLog:
 		return "o"
+	case ratelimit.Concurrency:
+		return "c"
 	}
 	return ""
 }

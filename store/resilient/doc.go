@@ -84,6 +84,15 @@
 // its Take; such an error is bounded by one reservation per request in
 // flight at the change, and an Adjust is never replayed to the primary.
 //
+// A concurrency cap (ratelimit.Concurrent) is scaled like any limit (each
+// instance's fallback holds its share of the cap: floor(n × share), at
+// least 1). A slot taken on one store and released after a state change
+// reaches the other, where no slot has its start time, so the release
+// changes nothing there: the slot returns on its own store after the cap's
+// maximum hold. The fleet then holds up to one such stale slot per request
+// that was in flight at the change, for at most the maximum hold; no slot
+// is ever lost or counted twice.
+//
 // # Observability
 //
 // Hooks report every call the primary did not decide (OnStoreError, with

@@ -125,3 +125,16 @@ func TestScalerCachesPerIdentity(t *testing.T) {
 	require.LessOrEqual(t, sc.len(), maxScaled)
 	require.Greater(t, sc.len(), 0)
 }
+
+// A concurrency cap scales to its share of the cap, with its maximum hold.
+func TestScaleLimitConcurrency(t *testing.T) {
+	l := ratelimit.Concurrent(10, time.Minute).Named("inflight")
+	sl, err := ScaleLimit(l, Share{Num: 1, Den: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sl.Algorithm() != ratelimit.Concurrency || sl.Quota() != 3 || sl.MaxHold() != time.Minute ||
+		sl.Unit() != ratelimit.ConcurrentRequests || sl.Name() != "inflight" {
+		t.Fatalf("scaled %v to %v", l, sl)
+	}
+}

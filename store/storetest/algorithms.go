@@ -29,6 +29,9 @@ var algorithmScenarios = []scenario{
 	{"CostAboveQuotaNeverEveryAlgorithm", neverEveryAlgorithm},
 	{"StackedAcrossAlgorithms", stackedAcrossAlgorithms},
 	{"ClockBackwardsEveryAlgorithm", clockBackwardsEveryAlgorithm},
+	{"ConcurrencyCap", concurrencyCap},
+	{"ConcurrencyStacked", concurrencyStacked},
+	{"ConcurrencyNoLeak", concurrencyNoLeak},
 }
 
 // withAlgorithm returns a pointer to l enforced with a.

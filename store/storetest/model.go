@@ -116,6 +116,11 @@ func modelPools() []modelPool {
 			algo(odd.Named("first"), ratelimit.FixedWindow).AlignToFirstHit(),
 			algo(ratelimit.PerMinute(100).Named("rpm"), ratelimit.FixedWindow),
 		}},
+		{"concurrency", []ratelimit.Limit{
+			ratelimit.Concurrent(3, 7*time.Second).Named("three"),
+			ratelimit.Concurrent(2, 7*time.Microsecond).Named("fast"),
+			ratelimit.Concurrent(100, time.Minute).Named("hundred"),
+		}},
 		{"mixed", []ratelimit.Limit{
 			odd.WithBurst(5).Named("tb"),
 			algo(ratelimit.PerSecond(10).WithBurst(5).Named("gcra"), ratelimit.GCRA),
@@ -124,6 +129,7 @@ func modelPools() []modelPool {
 			algo(ratelimit.Every(5, 3*time.Second).Named("sl"), ratelimit.SlidingLog),
 			algo(odd.Named("fw"), ratelimit.FixedWindow),
 			algo(odd.Named("fh"), ratelimit.FixedWindow).AlignToFirstHit(),
+			ratelimit.Concurrent(3, 3*time.Second).Named("cc"),
 		}},
 	}
 }
