@@ -133,7 +133,9 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 		}
 		secs := retryAfterSeconds(rej.RetryAfter)
 		p.RetryAfterSeconds = secs
-		if d := rej.Binding(); d != nil {
+		if d := rej.Binding(); d != nil && d.Limit.algorithm == CalendarWindow {
+			p.Detail = calendarDetail(d, costAt(rej.Costs, rej.Decisions, d), secs)
+		} else if d != nil {
 			l := d.Limit
 			p.Detail = fmt.Sprintf("quota exceeded: the %q limit allows %s per %s", l.Name(), units(l.Quota(), l.Unit()), periodPhrase(l.Period()))
 			if cost := costAt(rej.Costs, rej.Decisions, d); cost != 1 {

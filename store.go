@@ -133,6 +133,7 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 //	FixedWindow                units used in the window      window start, µs     -                -
 //	SlidingWindow              units used in the window      window start, µs     previous window  -
 //	SlidingLog                 -                             -                    -                admission times, µs
+//	CalendarWindow             units used in the period      period start, µs     -                -
 //
 // (1) In internal units (see Limit.Params): 0 is a full bucket, Burst×scale
 // an empty one, more is debt left by Adjust; it drains at drain internal
