@@ -365,21 +365,26 @@ func (l *Limit) calendarWireWindow(at int64) int64 {
 }
 
 // calendarDetail is the problem detail of a refusal bound by a calendar
-// limit d: what was spent, for which period, and when it starts afresh:
+// limit d: what the limit allows, what is left and asked for, and when the
+// period starts afresh:
 //
-//	quota exceeded: the "budget" limit's 1000000 usd-micros for this calendar month (America/New_York) are nearly spent: this request needs 2500 and 400 are left; the quota resets at 2027-01-01T00:00:00-05:00, retry after 2592000 seconds
-//
-// ("are spent" when nothing is left).
+//	quota exceeded: the "budget" limit allows 1000 usd-micros per calendar month in America/New_York and has 400 left, but this request needs 600; it resets at 2026-02-01T00:00:00-05:00, retry after 43200 seconds
 func calendarDetail(d *Decision, cost, secs int64) string {
 	l := d.Limit
-	s := fmt.Sprintf("quota exceeded: the %q limit's %s for this calendar %v (%v) ", l.Name(), units(l.quota, l.unit), l.calendar, l.loc)
-	if d.Remaining == 0 {
-		s += "are spent"
-	} else {
-		s += fmt.Sprintf("are nearly spent: this request needs %d and %d are left", cost, d.Remaining)
-	}
+	s := fmt.Sprintf("quota exceeded: the %q limit allows %s per calendar %v in %v and has %d left, but this request needs %d",
+		l.Name(), units(l.quota, l.unit), l.calendar, l.loc, d.Remaining, cost)
 	if d.RetryAfter > 0 && d.At > 0 {
-		s += "; the quota resets at " + time.UnixMicro(d.At+d.RetryAfter.Microseconds()).In(l.loc).Format(time.RFC3339)
+		s += "; it resets at " + CalendarReset(d).Format(time.RFC3339)
 	}
 	return s + ", retry after " + plural(secs, "second")
+}
+
+// CalendarReset returns when the period of a refusal d by a CalendarWindow
+// limit ends and the limit starts afresh, in the limit's Location: d.At
+// plus d.RetryAfter. It returns the zero time for any other decision.
+func CalendarReset(d *Decision) time.Time {
+	if d == nil || d.Limit == nil || d.Limit.algorithm != CalendarWindow || d.Allowed || d.RetryAfter <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(d.At + d.RetryAfter.Microseconds()).In(d.Limit.loc)
 }

@@ -359,6 +359,7 @@ func WithRefundOnServerError() Option {
 // time until the request's cost fits again. Such refusals count in
 // Stats.Limited. threshold must be positive and status a 4xx code other than
 // 413, which is reserved for requests that can never fit (no Retry-After).
+// A limit's own Limit.WithRefusalStatus takes precedence over it.
 //
 //	ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden)
 func WithQuotaExhaustedStatus(threshold time.Duration, status int) Option {
