@@ -1,12 +1,16 @@
 // Command _example is a small OpenAI-compatible AI API protected by
 // rampmeter: every API key has a plan, named by its prefix — sk-free-…
 // gets -rpm requests per minute and -tpd AI tokens per day, sk-pro-…
-// gets -pro-rpm and -pro-tpd, any other key is an invalid API key (401) — decided
+// gets -pro-rpm and -pro-tpd, any other key is an invalid API key (401) — and
+// a monthly budget in micro-dollars (-budget, -pro-budget; $1 and $50 by
+// default) per calendar month in America/New_York, priced by the model's
+// price table (llm.Prices), all decided
 // atomically in one shared store by every instance. Token estimates come
 // from the request body (llm.EstimateOpenAITokens), are reserved
 // before the model runs (at most half the daily quota per request) and
 // settled to the real usage after it; failed model calls are refunded; a
-// spent daily quota is a 403, a spent per-minute rate a 429; headers and
+// spent daily quota is a 403, a spent monthly budget a 402 Payment Required
+// (until the 1st of the next month), a spent per-minute rate a 429; headers and
 // errors follow the OpenAI API.
 //
 //	go run ./_example                 # one instance on 127.0.0.1:8080, embedded Redis
@@ -32,6 +36,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the budget's zone, America/New_York, loads on any machine
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
@@ -53,6 +58,8 @@ type options struct {
 	tpd          int64
 	proRPM       int64
 	proTPD       int64
+	budget       int64 // micro-dollars per calendar month, free plan
+	proBudget    int64
 	instances    int
 	demo         bool
 	storeTimeout time.Duration
@@ -67,6 +74,8 @@ func main() {
 	flag.Int64Var(&o.tpd, "tpd", 100_000, "AI tokens per day per API key of the free plan")
 	flag.Int64Var(&o.proRPM, "pro-rpm", 600, "requests per minute per API key of the pro plan (sk-pro-…)")
 	flag.Int64Var(&o.proTPD, "pro-tpd", 2_000_000, "AI tokens per day per API key of the pro plan")
+	flag.Int64Var(&o.budget, "budget", 1_000_000, "micro-dollars per calendar month (America/New_York) per API key of the free plan ($1)")
+	flag.Int64Var(&o.proBudget, "pro-budget", 50_000_000, "micro-dollars per calendar month per API key of the pro plan ($50)")
 	flag.DurationVar(&o.storeTimeout, "store-timeout", 0, "deadline of each store call, then FailOpen applies (default: the library's 50ms with -redis; 1s for the embedded miniredis, which runs Lua interpreted in this process and queues a burst)")
 	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
 	flag.BoolVar(&o.demo, "demo", false, "send bursts from several API keys to 5 instances sharing one store, print what each got, and exit (0 only if every limit held exactly)")
@@ -121,16 +130,35 @@ func pingStore(s *redisstore.Store) error {
 	return s.Ping(ctx)
 }
 
-// newPlans validates the plans once: requests per minute and tokens per
-// day, stacked, per plan.
+// newPlans validates the plans once: requests per minute, tokens per day
+// and a monthly budget, stacked, per plan.
 func newPlans(o options) (*ratelimit.Plans, error) {
 	if o.rpm < 1 || o.tpd < 1 || o.proRPM < 1 || o.proTPD < 1 {
 		return nil, fmt.Errorf("-rpm, -tpd, -pro-rpm and -pro-tpd must be at least 1")
 	}
+	if o.budget < 1 || o.proBudget < 1 {
+		return nil, fmt.Errorf("-budget and -pro-budget must be at least 1")
+	}
+	// The budgets' months begin at midnight on the 1st in New York (the
+	// zone database is embedded: time/tzdata).
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		return nil, err
+	}
 	return ratelimit.NewPlans(map[string][]ratelimit.Limit{
-		"free": {ratelimit.PerMinute(o.rpm).Named("requests"), ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens)},
-		"pro":  {ratelimit.PerMinute(o.proRPM).Named("requests"), ratelimit.PerDay(o.proTPD).Named("tokens").CostFrom(estimateTokens)},
+		"free": {ratelimit.PerMinute(o.rpm).Named("requests"), ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens), budgetLimit(o.budget, ny)},
+		"pro":  {ratelimit.PerMinute(o.proRPM).Named("requests"), ratelimit.PerDay(o.proTPD).Named("tokens").CostFrom(estimateTokens), budgetLimit(o.proBudget, ny)},
 	})
+}
+
+// budgetLimit is a plan's monthly budget of microUSD micro-dollars: each
+// call reserves its estimated price (llm.EstimateOpenAICost) and settles
+// to the price of what the model used; a spent budget is answered with
+// 402 Payment Required and a Retry-After until the next month begins.
+func budgetLimit(microUSD int64, loc *time.Location) ratelimit.Limit {
+	return ratelimit.PerCalendarMonth(microUSD, loc).Named("budget").
+		CostFrom(estimateCost).WithUnit("usd-micros").
+		WithRefusalStatus(http.StatusPaymentRequired)
 }
 
 // planOf names the plan of an API key: "sk-pro-alice" is on "pro". A real
@@ -261,26 +289,27 @@ func serve(o options) error {
 	first := net.JoinHostPort(host, strconv.Itoa(port))
 	fmt.Printf(`
 rampmeter demo API: %d instance(s), shared store: %s
-plans: sk-free-… %d requests/min and %d tokens/day; sk-pro-… %d requests/min and %d tokens/day
+plans: sk-free-… %d requests/min and %d tokens/day; sk-pro-… %d requests/min and %d tokens/day;
+       budgets of %d and %d micro-dollars per calendar month (America/New_York)
 
 Try it:
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Hello there"}],"max_tokens":16}'
-  curl -sN http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
+  curl -sN http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Stream please"}],"stream":true}'
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo-fail","messages":[{"role":"user","content":"hi"}]}'        # 502: reservation refunded
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
-  curl -si http://%[7]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
-  curl -si http://%[7]s/v1/chat/completions -d '{}'                                   # 401: no API key
-  curl -s http://%[7]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
-  seq 70 | xargs -P 70 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[7]s/v1/chat/completions \
+  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
+  curl -si http://%[9]s/v1/chat/completions -d '{}'                                   # 401: no API key
+  curl -s http://%[9]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
+  seq 70 | xargs -P 70 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[9]s/v1/chat/completions \
        -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' \
        | sort | uniq -c                                                               # 70 at once: 60 × 200, 10 × 429
 
 Ctrl-C stops.
-`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, first)
+`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, o.budget, o.proBudget, first)
 
 	select {
 	case <-ctx.Done():
