@@ -281,11 +281,16 @@ func (l *Limit) calStart(t int64) int64 {
 // calWindow returns the window a calendar state s decides in at now,
 // [start, end): the period holding now, or the stored window when it is
 // later (a clock that moved backwards stays in the stored window, as
-// FixedWindow's does).
+// FixedWindow's does). The stored window's end is in the state (Prev), so
+// the Redis script, which cannot compute it, finds it there however far
+// the clock moved back.
 func (l *Limit) calWindow(s *State, now int64) (start, end int64) {
 	start, end = l.calSpan(now)
 	if s.Updated > start {
-		start, end = s.Updated, l.calNext(s.Updated)
+		start, end = s.Updated, s.Prev
+		if end <= start { // a state without its end: compute it
+			end = l.calNext(start)
+		}
 	}
 	return start, end
 }
@@ -294,7 +299,7 @@ func (l *Limit) calWindow(s *State, now int64) (start, end int64) {
 // calendar period. A refusal waits until the period ends.
 func (l *Limit) calendarTake(s *State, now, cost int64, d *Decision) {
 	start, end := l.calWindow(s, now)
-	calRoll(s, start)
+	calRoll(s, start, end)
 	switch {
 	case cost > l.quota:
 		d.RetryAfter = RetryNever
@@ -312,7 +317,7 @@ func (l *Limit) calendarTake(s *State, now, cost int64, d *Decision) {
 // earlier period is dropped, an overage charged to the current one.
 func (l *Limit) calendarAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
 	start, end := l.calWindow(s, now)
-	calRoll(s, start)
+	calRoll(s, start, end)
 	limit := 2 * l.quota
 	delta = clamp(delta, -limit, limit)
 	if l.calStart(chargedAt) == s.Updated || delta > 0 {
@@ -321,11 +326,13 @@ func (l *Limit) calendarAdjust(s *State, now, chargedAt, delta int64, d *Decisio
 	l.describeCalendar(s, now, end, d)
 }
 
-// calRoll moves a calendar state to the window starting at w.
-func calRoll(s *State, w int64) {
+// calRoll moves a calendar state to the window [w, end).
+func calRoll(s *State, w, end int64) {
 	if w != s.Updated {
-		*s = State{Updated: w}
+		*s = State{Updated: w, Prev: end}
+		return
 	}
+	s.Prev = end
 }
 
 func (l *Limit) describeCalendar(s *State, now, end int64, d *Decision) {
@@ -340,8 +347,11 @@ func (l *Limit) describeCalendar(s *State, now, end int64, d *Decision) {
 // calendarExpires is ExpiresAt for a calendar window: a count expires with
 // its period.
 func (l *Limit) calendarExpires(s *State) int64 {
-	if s.Level == 0 {
+	switch {
+	case s.Level == 0:
 		return s.Updated
+	case s.Prev > s.Updated:
+		return s.Prev
 	}
 	return l.calNext(s.Updated)
 }

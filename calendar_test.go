@@ -232,7 +232,8 @@ func TestCalendarMonthEnds(t *testing.T) {
 		// A cost above the quota can never fit.
 		{at: feb1.Add(time.Hour), cost: 101, want: Decision{Remaining: 0, Reset: 27*24*time.Hour + 23*time.Hour, RetryAfter: RetryNever}},
 	})
-	assert.Equal(t, State{Level: 200, Updated: Micros(feb1)}, s, "debt is bounded by 2 × Quota")
+	// The state holds February's start and end (March 1, 00:00 EST).
+	assert.Equal(t, State{Level: 200, Updated: Micros(feb1), Prev: Micros(utc(2026, 3, 1, 5, 0))}, s, "debt is bounded by 2 × Quota")
 	assert.Equal(t, Micros(utc(2026, 3, 1, 5, 0)), l.ExpiresAt(&s), "the count expires with February")
 
 	// December to January: the year rolls over.
@@ -306,7 +307,16 @@ func TestCalendarClockBackwards(t *testing.T) {
 		// A refund dated in January is for another period: dropped.
 		{at: feb1.Add(-time.Hour), adjust: true, cost: -10, want: Decision{Remaining: 0, Reset: 28*24*time.Hour + time.Hour}},
 	})
-	assert.Equal(t, State{Level: 10, Updated: Micros(feb1)}, s)
+	assert.Equal(t, State{Level: 10, Updated: Micros(feb1), Prev: Micros(utc(2026, 3, 1, 5, 0))}, s)
+
+	// Far back, two months: still February's window, whose end the state
+	// holds; a state written without its end computes it.
+	d := l.TakeAt(&s, Micros(utc(2025, 12, 10, 0, 0)), 1)
+	assert.Equal(t, Decision{Limit: &l, Remaining: 0, Reset: utc(2026, 3, 1, 5, 0).Sub(utc(2025, 12, 10, 0, 0)),
+		RetryAfter: utc(2026, 3, 1, 5, 0).Sub(utc(2025, 12, 10, 0, 0)), At: Micros(utc(2025, 12, 10, 0, 0))}, d)
+	noEnd := State{Level: 10, Updated: Micros(feb1)}
+	assert.Equal(t, d, l.TakeAt(&noEnd, Micros(utc(2025, 12, 10, 0, 0)), 1))
+	assert.Equal(t, s, noEnd)
 }
 
 // TestCalendarHeaders: RateLimit-Policy's w is the length of the current

@@ -231,13 +231,13 @@ type keyPlan struct {
 	// The monthly budget, in micro-dollars (the clock stands still, so
 	// within one month).
 	budget          int64
-	costEstimate    int64 // the price of each call's token estimate
-	costReserve     int64 // what each admitted call reserves (clamped)
-	costUsage       int64 // the price of what each successful call uses
-	wantPayment     int   // 402s: the monthly budget
-	wantBudgetRes   int64 // micro-dollars reserved at admission, in total
-	wantCost        int64 // micro-dollars charged after settlement
-	wantBudgetLeft  int64 // the store's micro-dollars left for the key
+	costEstimate    int64  // the price of each call's token estimate
+	costReserve     int64  // what each admitted call reserves (clamped)
+	costUsage       int64  // the price of what each successful call uses
+	wantPayment     int    // 402s: the monthly budget
+	wantBudgetRes   int64  // micro-dollars reserved at admission, in total
+	wantCost        int64  // micro-dollars charged after settlement
+	wantBudgetLeft  int64  // the store's micro-dollars left for the key
 	wantNextMonthIn int64  // seconds until the budget's next month begins
 	wantMessage     string // the OpenAI error message of its 402s
 }
