@@ -138,3 +138,26 @@ func calendarStacked(e *env) {
 	e.check(ok(budget, 400, left), e.peek("k", budget), "budget not charged again")
 	e.check(ok(rpm, 49, 100*time.Millisecond), e.peek("k", rpm), "rate limit not charged")
 }
+
+// calendarZones are the zones calendar limits are drawn in: UTC, New
+// York's DST, and Havana's, whose DST starts at midnight (a day then
+// begins at 01:00).
+var calendarZones = func() []*time.Location {
+	zones := []*time.Location{time.UTC}
+	for _, name := range []string{"America/New_York", "America/Havana"} {
+		if loc, err := time.LoadLocation(name); err == nil { // embedded: time/tzdata
+			zones = append(zones, loc)
+		}
+	}
+	return zones
+}()
+
+// drawCalendarLimit returns a calendar day or month limit of quota in a
+// drawn zone.
+func drawCalendarLimit(src source, quota int64, name string) ratelimit.Limit {
+	loc := calendarZones[src.draw(0, int64(len(calendarZones)-1), "zone")]
+	if src.draw(0, 1, "month") == 1 {
+		return ratelimit.PerCalendarMonth(quota, loc).Named(name)
+	}
+	return ratelimit.PerCalendarDay(quota, loc).Named(name)
+}

@@ -116,6 +116,10 @@ func modelPools() []modelPool {
 			algo(odd.Named("first"), ratelimit.FixedWindow).AlignToFirstHit(),
 			algo(ratelimit.PerMinute(100).Named("rpm"), ratelimit.FixedWindow),
 		}},
+		{"calendar", []ratelimit.Limit{
+			ratelimit.PerCalendarDay(7, calendarZones[len(calendarZones)-1]).Named("day"),
+			ratelimit.PerCalendarMonth(100, calendarZones[0]).Named("month"),
+		}},
 		{"mixed", []ratelimit.Limit{
 			odd.WithBurst(5).Named("tb"),
 			algo(ratelimit.PerSecond(10).WithBurst(5).Named("gcra"), ratelimit.GCRA),

@@ -34,6 +34,7 @@ const DefaultPropertyChecks = 100
 var Algorithms = []ratelimit.Algorithm{
 	ratelimit.TokenBucket, ratelimit.GCRA, ratelimit.LeakyBucket,
 	ratelimit.SlidingWindow, ratelimit.SlidingLog, ratelimit.FixedWindow,
+	ratelimit.CalendarWindow,
 }
 
 // PropertyChecks returns the number of random sequences per algorithm that
@@ -242,6 +243,8 @@ func drawLimit(src source, a ratelimit.Algorithm, name string) ratelimit.Limit {
 	case ratelimit.SlidingLog:
 		q := pick(src, "log quota", 1, 2, 3, 5, 7, 10, 100, src.draw(1, 50, "log quota n"), 1000, ratelimit.MaxLogQuota)
 		l = ratelimit.Every(q, anyPeriod())
+	case ratelimit.CalendarWindow:
+		return drawCalendarLimit(src, anyQuota(), name)
 	default:
 		l = ratelimit.Every(anyQuota(), anyPeriod())
 	}
