@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -182,6 +183,7 @@ func (l Limit) finishCalendar() Limit {
 		return l
 	}
 	l.scale, l.drain, l.capacity, l.periodUS = 1, 1, l.quota, l.period.Microseconds()
+	l.calSpans = new(calCache)
 	l.id = l.Name() + ":cal-" + l.calendar.String() + ":" + l.loc.String() + ":" + strconv.FormatInt(l.quota, 10)
 	if l.ns != "" {
 		l.id = l.ns + "/" + l.id
@@ -261,6 +263,12 @@ func (l *Limit) calNext(s int64) int64 {
 // midnight the local date repeats, so the period of t's local date may
 // already have been followed by the next one; the loop moves on to it.
 func (l *Limit) calSpan(t int64) (s, n int64) {
+	if c := l.calSpans; c != nil {
+		if p := c.last.Load(); p != nil && p[0] <= t && t < p[1] {
+			return p[0], p[1]
+		}
+		defer func() { c.last.Store(&[2]int64{s, n}) }()
+	}
 	s = l.periodStartOf(t)
 	if s > t { // cannot happen with sane zone data
 		s = l.periodStartOf(s - l.periodUS)
@@ -270,6 +278,14 @@ func (l *Limit) calSpan(t int64) (s, n int64) {
 		s, n = n, l.calNext(n)
 	}
 	return s, n
+}
+
+// calCache holds the last period a limit computed, [start, end) in µs,
+// shared by the copies of the limit (the zone's rules are fixed, so a
+// period once computed holds for every time in it): most decisions fall
+// in it and skip time.Date. A decision in another period replaces it.
+type calCache struct {
+	last atomic.Pointer[[2]int64]
 }
 
 // calStart returns the start of the calendar period holding t (µs).

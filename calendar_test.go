@@ -360,3 +360,24 @@ func TestCalendarHeaders(t *testing.T) {
 	// Without a decision time, the nominal window.
 	assert.Equal(t, `"requests";q=5;w=86400`, policyField([]*Limit{&day}, false))
 }
+
+// BenchmarkCalendarTakeAt measures one charged decision of the pure
+// function on a state in place: a calendar month in New York against a
+// fixed window of a day (the same count-per-window rule, boundaries by
+// arithmetic).
+func BenchmarkCalendarTakeAt(b *testing.B) {
+	ny := newYork(b)
+	for _, l := range []Limit{PerCalendarMonth(1<<49, ny), PerDay(86_400_000_000).WithAlgorithm(FixedWindow)} {
+		b.Run(l.Algorithm().String(), func(b *testing.B) {
+			var s State
+			now := Micros(utc(2026, 3, 8, 12, 0))
+			b.ReportAllocs()
+			for b.Loop() {
+				now++
+				if d := l.TakeAt(&s, now, 1); !d.Allowed {
+					b.Fatal("refused")
+				}
+			}
+		})
+	}
+}

@@ -154,6 +154,7 @@ type Limit struct {
 	calendar CalendarPeriod // CalendarWindow: day or month (calendar.go)
 	loc      *time.Location // CalendarWindow: the zone of its boundaries
 	refusal  int            // WithRefusalStatus, 0: the Limiter's default
+	calSpans *calCache      // CalendarWindow: the last period computed
 
 	// Derived by finish; the rate Quota/Period expressed as an exact
 	// ratio: refilling one unit takes scale/drain microseconds.
