@@ -579,9 +579,13 @@ func (s *Store) calendarArgs(reqs []ratelimit.Request, args []any, stride int, a
 			continue
 		}
 		if at == 0 {
-			if now, ok := args[3+n+1].(int64); ok { // WithClock
+			switch now := args[3+n+1].(type) { // ARGV[2]: the WithClock time, or ""
+			case int64:
 				at = now
-			} else {
+			case string:
+				at, _ = strconv.ParseInt(now, 10, 64)
+			}
+			if at <= 0 {
 				at = time.Now().UnixMicro() + s.calSkew.Load()
 			}
 		}
