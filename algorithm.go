@@ -32,6 +32,8 @@ func (l *Limit) TakeAt(s *State, now, cost int64) (d Decision) {
 		l.logTake(s, now, cost, &d)
 	case Concurrency:
 		l.slotsTake(s, now, cost, &d)
+	case CalendarWindow:
+		l.calendarTake(s, now, cost, &d)
 	default: // TokenBucket, LeakyBucket
 		l.bucketTake(s, now, cost, &d)
 	}
@@ -69,6 +71,8 @@ func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) (d Decision) {
 		l.windowAdjust(s, now, chargedAt, delta, &d)
 	case SlidingLog:
 		l.logAdjust(s, now, chargedAt, delta, &d)
+	case CalendarWindow:
+		l.calendarAdjust(s, now, chargedAt, delta, &d)
 	default:
 		l.bucketAdjust(s, now, delta, &d)
 	}
@@ -103,6 +107,8 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 			return 0
 		}
 		return s.Log[len(s.Log)-1] + l.periodUS
+	case CalendarWindow:
+		return l.calendarExpires(s)
 	default:
 		return s.Updated + ceilDiv(s.Level, l.drain)
 	}

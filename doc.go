@@ -56,6 +56,15 @@
 // [Limit.WithAlgorithm], and Concurrency, the cap of [Concurrent]. Every store decides them by the same math (see
 // Writing a Store below).
 //
+// Quotas and budgets by the calendar: [PerCalendarDay] and
+// [PerCalendarMonth] build CalendarWindow limits, which count per calendar
+// day or month in a time zone (local midnight, the 1st of the month; a
+// month of 28 to 31 days, a day of 23 or 25 hours when daylight saving time
+// starts or ends). A spend budget is such a limit counted in micro-units of
+// a currency (package llm prices token usage); [Limit.WithRefusalStatus]
+// answers its refusals with 402 Payment Required, and Retry-After is the
+// time until the next period starts.
+//
 // # Writing a Store
 //
 // This section is for authors of stores and store decorators; users of the

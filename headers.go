@@ -211,6 +211,7 @@ func (w *styleWriter) write(h http.Header, res Result, policy string) {
 		return
 	}
 	if w.style&HeadersIETF != 0 && policy != "" {
+		policy = calendarPolicy(policy, &res, w.style&HeadersShadow != 0)
 		var buf [128]byte
 		rl := string(appendRateLimit(buf[:0], &res, w.style&HeadersShadow != 0))
 		if old, oldPolicy := h["Ratelimit"], h["Ratelimit-Policy"]; len(old) > 0 || len(oldPolicy) > 0 {
@@ -265,6 +266,13 @@ func joinList(old []string, item string) string {
 // policyField serialises the RateLimit-Policy List (draft -11 §3.1) of
 // limits, shadow limits only when shadow is set: "" when none is listed.
 func policyField(limits []*Limit, shadow bool) string {
+	return policyFieldAt(limits, shadow, 0)
+}
+
+// policyFieldAt is policyField for decisions made at at (µs; 0: unknown),
+// whose CalendarWindow limits announce the length of the period holding at
+// as their window (a nominal one when at is unknown).
+func policyFieldAt(limits []*Limit, shadow bool, at int64) string {
 	b := make([]byte, 0, 48*len(limits))
 	n := 0
 	for _, l := range limits {
@@ -278,7 +286,11 @@ func policyField(limits []*Limit, shadow bool) string {
 		b = appendPolicyName(b, l)
 		b = append(b, ";q="...)
 		b = strconv.AppendInt(b, l.wireQ, 10)
-		if l.wireW > 0 { // 0: a concurrency cap, which has no window
+		switch {
+		case l.algorithm == CalendarWindow && at > 0:
+			b = append(b, ";w="...)
+			b = strconv.AppendInt(b, l.calendarWireWindow(at), 10)
+		case l.wireW > 0: // 0: a concurrency cap, which has no window
 			b = append(b, ";w="...)
 			b = strconv.AppendInt(b, l.wireW, 10)
 		}
@@ -376,6 +388,11 @@ func (l *Limit) effectiveWindow(d *Decision, r int64) time.Duration {
 		return l.period // entries made now expire after a period
 	case Concurrency: // held slots may return any moment: see HeadersIETF
 		return min(d.Reset, ConcurrencyRetryAfter)
+	case CalendarWindow: // the end of the current period
+		if d.Reset > 0 {
+			return d.Reset
+		}
+		return l.calendarWindowLeft(d)
 	}
 	// TokenBucket, GCRA, LeakyBucket. Reset is the time until the level
 	// has drained: the room above the Remaining units refills first, then
@@ -476,4 +493,26 @@ func fractionBelow(ra, ba, rb, bb int64) bool {
 	ah, al := bits.Mul64(uint64(max(0, ra)), uint64(bb))
 	bh, bl := bits.Mul64(uint64(max(0, rb)), uint64(ba))
 	return ah < bh || ah == bh && al < bl
+}
+
+// calendarPolicy returns the RateLimit-Policy value for res: policy, the
+// value precomputed for its limits, unless one of them is a CalendarWindow
+// limit, whose window is the length of the current period (a month of 28
+// to 31 days, a day of 23 to 25 hours), computed at the decisions' time.
+func calendarPolicy(policy string, res *Result, shadow bool) string {
+	cal := false
+	for i := range res.Decisions {
+		if l := res.Decisions[i].Limit; l != nil && l.algorithm == CalendarWindow {
+			cal = true
+			break
+		}
+	}
+	if !cal {
+		return policy
+	}
+	limits := make([]*Limit, len(res.Decisions))
+	for i := range res.Decisions {
+		limits[i] = res.Decisions[i].Limit
+	}
+	return policyFieldAt(limits, shadow, res.Decisions[0].At)
 }

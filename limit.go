@@ -60,6 +60,13 @@ const (
 	// the maximum hold, has passed since it was taken, whichever comes
 	// first. Build it with Concurrent.
 	Concurrency
+	// CalendarWindow counts at most Quota units per calendar day or month
+	// in a time zone (PerCalendarDay, PerCalendarMonth, the only way to
+	// build one): a fixed window whose boundaries are local midnights, so
+	// its length varies (28 to 31 days; 23 or 25 hours on a day when
+	// daylight saving time starts or ends). Its exactness rules are
+	// FixedWindow's.
+	CalendarWindow
 )
 
 // MaxLogQuota is the largest Quota a SlidingLog limit accepts: it stores one
@@ -98,6 +105,8 @@ func (a Algorithm) String() string {
 		return "fixed-window"
 	case Concurrency:
 		return "concurrency"
+	case CalendarWindow:
+		return "calendar-window"
 	default:
 		return "algorithm(" + strconv.Itoa(int(a)) + ")"
 	}
@@ -168,6 +177,11 @@ type Limit struct {
 	cost      CostFunc
 	shadow    bool   // decided and charged, never refuses (see Shadow)
 	ns        string // the Limiter's name (WithName), or "": see inNamespace
+
+	calendar CalendarPeriod // CalendarWindow: day or month (calendar.go)
+	loc      *time.Location // CalendarWindow: the zone of its boundaries
+	refusal  int            // WithRefusalStatus, 0: the Limiter's default
+	calSpans *calCache      // CalendarWindow: the last period computed
 
 	// Derived by finish; the rate Quota/Period expressed as an exact
 	// ratio: refilling one unit takes scale/drain microseconds.
@@ -326,6 +340,9 @@ func (l Limit) Err() error {
 // or `"concurrent-requests" 10 in flight, max hold 5m0s, concurrency` (with
 // " shadow" appended for a shadow limit).
 func (l Limit) String() string {
+	if l.calendar != 0 {
+		return l.calendarString()
+	}
 	s := fmt.Sprintf("%q %d/%v burst %d %v", l.Name(), l.quota, l.period, l.Burst(), l.algorithm)
 	if l.algorithm == Concurrency {
 		s = fmt.Sprintf("%q %d in flight, max hold %v, %v", l.Name(), l.quota, l.period, l.algorithm)
@@ -347,8 +364,14 @@ func (l Limit) finish() Limit {
 	if l.err == nil {
 		l.err = l.validate()
 	}
+	if l.err == nil {
+		l.err = l.calendarError()
+	}
 	if l.err != nil {
 		return l
+	}
+	if l.algorithm == CalendarWindow {
+		return l.finishCalendar()
 	}
 	periodMicros := l.period.Microseconds()
 	g := gcd(periodMicros, l.quota)
@@ -469,7 +492,7 @@ func (l Limit) validate() error {
 		return fmt.Errorf("%w: period must be a whole number of microseconds, got %v", ErrInvalidLimit, l.period)
 	case l.quota > maxScaled:
 		return fmt.Errorf("%w: quota must be at most 2^51, got %d", ErrInvalidLimit, l.quota)
-	case l.algorithm > Concurrency:
+	case l.algorithm > CalendarWindow:
 		return fmt.Errorf("%w: unknown algorithm %v", ErrInvalidLimit, l.algorithm)
 	case l.name == "" && !validName(l.Name()):
 		return fmt.Errorf("%w: unit %q cannot serve as the limit's name (1 to 64 characters from [A-Za-z0-9_.-]); name the limit with Named", ErrInvalidLimit, l.unit)
@@ -539,6 +562,8 @@ func algoCode(a Algorithm) string {
 		return "fw"
 	case Concurrency:
 		return "cc"
+	case CalendarWindow:
+		return "cal"
 	default:
 		return "a" + strconv.Itoa(int(a))
 	}

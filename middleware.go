@@ -198,6 +198,9 @@ func (l *Limiter) refusalStatus(res Result) int {
 	if res.tooLarge() {
 		return http.StatusRequestEntityTooLarge
 	}
+	if d := res.Binding(); d != nil && d.Limit.refusal != 0 {
+		return d.Limit.refusal // WithRefusalStatus
+	}
 	if l.quotaStatus != 0 {
 		if d := res.Binding(); d != nil && d.Limit.Period() >= l.quotaThreshold && !holdsSlot(d.Limit) {
 			return l.quotaStatus

@@ -361,6 +361,7 @@ func WithRefundOnServerError() Option {
 // 413, which is reserved for requests that can never fit (no Retry-After).
 // A concurrency cap (Concurrent) is no quota, whatever its maximum hold: its
 // refusals stay 429.
+// A limit's own Limit.WithRefusalStatus takes precedence over it.
 //
 //	ratelimit.WithQuotaExhaustedStatus(24*time.Hour, http.StatusForbidden)
 func WithQuotaExhaustedStatus(threshold time.Duration, status int) Option {

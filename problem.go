@@ -98,6 +98,14 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 //     RateLimit fields: "ip/requests" for a Limiter named "ip") and the wait in
 //     "retry-after-seconds" (the Retry-After value):
 //     {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Too Many Requests","status":429,"detail":"quota exceeded: the \"requests\" limit allows 60 requests per minute; retry after 1 second","violated-policies":["requests"],"retry-after-seconds":1}
+//   - a refusal by a CalendarWindow limit (PerCalendarMonth), with 429 or
+//     its WithRefusalStatus status such as 402 Payment Required (title
+//     "Payment Required"): type ProblemQuotaExceeded, and a detail that
+//     says what the limit allows per which period, what is left, what the
+//     request needs and when the period starts afresh: "quota exceeded:
+//     the \"budget\" limit allows 1000 usd-micros per calendar month in
+//     America/New_York and has 400 left, but this request needs 600; it
+//     resets at 2026-02-01T00:00:00-05:00, retry after 43200 seconds".
 //   - 413: type ProblemRequestTooLarge, title "Request Too Large", a detail
 //     such as "request too large: estimated 150000 tokens exceeds the
 //     \"tokens\" limit's capacity of 100000; do not retry it unchanged".
@@ -133,7 +141,9 @@ func DefaultRejectHandler(w http.ResponseWriter, r *http.Request, rej Rejection)
 		}
 		secs := retryAfterSeconds(rej.RetryAfter)
 		p.RetryAfterSeconds = secs
-		if d := rej.Binding(); d != nil {
+		if d := rej.Binding(); d != nil && d.Limit.algorithm == CalendarWindow {
+			p.Detail = calendarDetail(d, costAt(rej.Costs, rej.Decisions, d), secs)
+		} else if d != nil {
 			l := d.Limit
 			p.Detail = fmt.Sprintf("quota exceeded: the %q limit allows %s per %s", l.Name(), units(l.Quota(), l.Unit()), periodPhrase(l.Period()))
 			if holdsSlot(l) {

@@ -109,7 +109,9 @@ type Rejection struct {
 	// Status is the status the default handler answers with:
 	// 429 Too Many Requests (retry after RetryAfter), 413 Content Too
 	// Large (the cost exceeds a limit's burst: retrying cannot help), the
-	// status of WithQuotaExhaustedStatus (a long quota is exhausted) or
+	// binding limit's Limit.WithRefusalStatus status (402 for a spent
+	// budget, say), the status of WithQuotaExhaustedStatus (a long quota
+	// is exhausted) or
 	// 503 Service Unavailable (the store failed under FailClosed).
 	Status int
 	// Costs holds the request's cost for each limit, aligned with

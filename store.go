@@ -134,6 +134,7 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 //	SlidingWindow              units used in the window      window start, µs     previous window  -
 //	SlidingLog                 -                             -                    -                admission times, µs
 //	Concurrency                -                             -                    -                held slots' start times, µs
+//	CalendarWindow             units used in the period      period start, µs     period end, µs   -
 //
 // (1) In internal units (see Limit.Params): 0 is a full bucket, Burst×scale
 // an empty one, more is debt left by Adjust; it drains at drain internal
@@ -143,7 +144,8 @@ type State struct {
 	Level int64
 	// Updated is the time of the last update or the window's start, in µs.
 	Updated int64
-	// Prev is the previous window's count (SlidingWindow only).
+	// Prev is the previous window's count (SlidingWindow), or the end of
+	// the period (CalendarWindow, whose periods vary in length).
 	Prev int64
 	// Log holds one admission time (µs since the Unix epoch) per admitted
 	// unit, oldest first. The pure functions never modify a Log they are

@@ -104,6 +104,9 @@ type outcome struct {
 	reserved   int64 // X-Demo-Reserved-Tokens: what the limiter reserved
 	tokens     int64 // usage.total_tokens of a 200 response
 	retryAfter string
+	budgetRes  int64  // X-Demo-Reserved-Budget: micro-dollars reserved
+	cost       int64  // the price of a 200 response's usage, micro-dollars
+	message    string // the error message of a 402
 }
 
 // chatBody is a request body; a stream asks for the usage chunk, from
@@ -160,6 +163,12 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 	o.status = resp.StatusCode
 	o.retryAfter = resp.Header.Get("Retry-After")
 	o.reserved, _ = strconv.ParseInt(resp.Header.Get("X-Demo-Reserved-Tokens"), 10, 64)
+	o.budgetRes, _ = strconv.ParseInt(resp.Header.Get("X-Demo-Reserved-Budget"), 10, 64)
+	if resp.StatusCode == http.StatusPaymentRequired {
+		var e struct{ Error struct{ Message string } }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		o.message = e.Error.Message
+	}
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return o
@@ -171,6 +180,7 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 		for sc.Scan() {
 			if u, ok := llm.ParseOpenAIUsage([]byte(strings.TrimPrefix(sc.Text(), "data: "))); ok {
 				o.tokens = u.Total()
+				o.cost = priceOf(r.body, u)
 			}
 		}
 		return o
@@ -178,8 +188,17 @@ func sendOne(client *http.Client, url string, r demoRequest) outcome {
 	var body struct{ Usage usage }
 	if json.NewDecoder(resp.Body).Decode(&body) == nil {
 		o.tokens = body.Usage.TotalTokens
+		o.cost = priceOf(r.body, llm.Usage{Input: body.Usage.PromptTokens, Output: body.Usage.CompletionTokens})
 	}
 	return o
+}
+
+// priceOf is the price of usage u of the model a request body names.
+func priceOf(body string, u llm.Usage) int64 {
+	var req struct{ Model string }
+	_ = json.Unmarshal([]byte(body), &req)
+	c, _ := prices.Cost(req.Model, u)
+	return c
 }
 
 // keyPlan is the traffic one API key sends and what the limits must make
@@ -208,16 +227,31 @@ type keyPlan struct {
 	wantReqRemain  int64 // the store's requests left for the key
 	wantTokRemain  int64 // the store's tokens left for the key
 	wantRetryAfter string
+
+	// The monthly budget, in micro-dollars (the clock stands still, so
+	// within one month).
+	budget          int64
+	costEstimate    int64  // the price of each call's token estimate
+	costReserve     int64  // what each admitted call reserves (clamped)
+	costUsage       int64  // the price of what each successful call uses
+	wantPayment     int    // 402s: the monthly budget
+	wantBudgetRes   int64  // micro-dollars reserved at admission, in total
+	wantCost        int64  // micro-dollars charged after settlement
+	wantBudgetLeft  int64  // the store's micro-dollars left for the key
+	wantNextMonthIn int64  // seconds until the budget's next month begins
+	wantMessage     string // the OpenAI error message of its 402s
 }
 
-func keyPlans(o options) []keyPlan {
+// keyPlans derives every key's figures from the limits; now is the demo's
+// (frozen) clock, monthEnd the start of the next month of the budgets.
+func keyPlans(o options, now, monthEnd time.Time) []keyPlan {
 	mk := func(key, what, model string, sent, contentBytes int, maxTokens int64) keyPlan {
 		p := keyPlan{key: key, plan: planOf(key), what: what, model: model, sent: sent, contentBytes: contentBytes, maxTokens: maxTokens}
 		switch p.plan {
 		case "free":
-			p.rpm, p.tpd = o.rpm, o.tpd
+			p.rpm, p.tpd, p.budget = o.rpm, o.tpd, o.budget
 		case "pro":
-			p.rpm, p.tpd = o.proRPM, o.proTPD
+			p.rpm, p.tpd, p.budget = o.proRPM, o.proTPD, o.proBudget
 		default:
 			p.wantBadKey = sent // no known plan: an invalid API key, nothing charged
 			return p
@@ -226,6 +260,12 @@ func keyPlans(o options) []keyPlan {
 		p.estimate = prompt + maxTokens
 		p.reserve = min(p.estimate, max(1, p.tpd/2)) // WithReserveClamp(0.5)
 		p.usage = prompt + min(maxTokens, maxCompletion)
+		price, _ := prices.Price(model)
+		cost := func(in, out int64) int64 { return ceilDiv(in*price.Input+out*price.Output, 1_000_000) }
+		p.costEstimate = cost(prompt, maxTokens)
+		p.costReserve = min(p.costEstimate, max(1, p.budget/2)) // WithReserveClamp(0.5)
+		p.costUsage = cost(prompt, min(maxTokens, maxCompletion))
+		p.wantNextMonthIn = int64(monthEnd.Sub(now) / time.Second)
 		switch {
 		case p.estimate > p.tpd:
 			// Can never fit: 413, nothing charged on either limit.
@@ -236,9 +276,19 @@ func keyPlans(o options) []keyPlan {
 			// (reserved before earlier calls settle). The scenarios are
 			// chosen so that this count is exact: either rpm binds far
 			// from tpd, or every call uses its whole estimate.
-			admitted := min(sent, int(p.rpm), int(p.tpd/p.reserve))
+			admitted := min(sent, int(p.rpm), int(p.tpd/p.reserve), int(p.budget/p.costReserve))
 			p.wantLimited = sent - admitted
-			if int(p.tpd/p.reserve) < min(sent, int(p.rpm)) {
+			if int(p.budget/p.costReserve) < min(sent, int(p.rpm), int(p.tpd/p.reserve)) {
+				// Refused by the monthly budget (every such call uses its
+				// whole estimate): 402 until the next month begins.
+				p.wantPayment, p.wantLimited = p.wantLimited, 0
+				p.wantRetryAfter = strconv.FormatInt(p.wantNextMonthIn, 10)
+				used := int64(admitted) * p.costReserve
+				p.wantMessage = fmt.Sprintf(`You exceeded your quota for "budget" on usd-micros per calendar month in %v: `+
+					`Limit %d, Used %d, Requested %d. The quota resets at %s. Please try again in %v.`,
+					monthEnd.Location(), p.budget, used, p.costReserve, monthEnd.Format(time.RFC3339),
+					time.Duration(p.wantNextMonthIn)*time.Second)
+			} else if int(p.tpd/p.reserve) < min(sent, int(p.rpm)) {
 				// Refused by the daily quota: 403 (WithQuotaExhaustedStatus).
 				p.wantForbidden, p.wantLimited = p.wantLimited, 0
 				// The missing tokens refill at tpd per 24h.
@@ -249,15 +299,18 @@ func keyPlans(o options) []keyPlan {
 				p.wantRetryAfter = strconv.FormatInt(ceilDiv(60, p.rpm), 10)
 			}
 			p.wantReserved = int64(admitted) * p.reserve
+			p.wantBudgetRes = int64(admitted) * p.costReserve
 			if model == failModel {
 				p.wantFailed = admitted // released: nothing charged
 			} else {
 				p.wantOK = admitted
 				p.wantTokens = int64(admitted) * p.usage
+				p.wantCost = int64(admitted) * p.costUsage
 			}
 			p.wantReqRemain = p.rpm - int64(admitted)
 		}
 		p.wantTokRemain = p.tpd - p.wantTokens
+		p.wantBudgetLeft = p.budget - p.wantCost
 		if p.wantTooLarge > 0 {
 			p.wantReqRemain = p.rpm
 		}
@@ -273,6 +326,7 @@ func keyPlans(o options) []keyPlan {
 		mk("sk-free-gina", "calls to a model that fails (502): each reservation given back", failModel, int(min(10, o.rpm)), 40, 100),
 		mk("sk-pro-judy", "the burst of sk-free-alice on the pro plan: all admitted", "demo", int(5*o.rpm), 40, 100),
 		mk("sk-trial-hank", "a key of no known plan: invalid API key (401)", "demo", 2, 40, 100),
+		mk("sk-free-kim", "calls to an expensive model: the monthly budget stops them (402)", "demo-large", 10, 4000, 50),
 	}
 }
 
@@ -332,7 +386,11 @@ func runDemo(w io.Writer, o options) error {
 	}
 	defer f.stop()
 
-	ps := keyPlans(o)
+	monthEnd, err := budgetMonthEnd(plans, clock.t)
+	if err != nil {
+		return err
+	}
+	ps := keyPlans(o, clock.t, monthEnd)
 	outs, left := runTraffic(httpClient, f, ps, plans)
 	fmt.Fprintf(w, "== %d instances sharing one store: every key's calls, spread over the instances ==\n", demoInstances)
 	ok := reportShared(w, ps, outs, left, f)
@@ -341,7 +399,7 @@ func runDemo(w io.Writer, o options) error {
 	var want ratelimit.Stats
 	for _, p := range ps {
 		want.Allowed += uint64(p.wantOK + p.wantFailed)
-		want.Limited += uint64(p.wantLimited + p.wantForbidden)
+		want.Limited += uint64(p.wantLimited + p.wantForbidden + p.wantPayment)
 		want.PlanErrors += uint64(p.wantBadKey)
 		want.TooLarge += uint64(p.wantTooLarge)
 		want.Released += uint64(p.wantFailed)
@@ -352,7 +410,7 @@ func runDemo(w io.Writer, o options) error {
 	want.Settled += want.Released
 	got := f.stats()
 	statsOK := got == want
-	fmt.Fprintf(w, "The limiters' counters (Stats), all instances: allowed %d, limited %d (429 and 403), too large %d, invalid key %d,\n"+
+	fmt.Fprintf(w, "The limiters' counters (Stats), all instances: allowed %d, limited %d (429, 402 and 403), too large %d, invalid key %d,\n"+
 		"released %d, settled %d, let through unlimited %d, store errors %d",
 		got.Allowed, got.Limited, got.TooLarge, got.PlanErrors, got.Released, got.Settled, got.Bypassed, got.StoreErrors)
 	if statsOK {
@@ -421,10 +479,10 @@ func runDemo(w io.Writer, o options) error {
 // as its calls are answered (first instance's store). Reading at once
 // matters on a real Redis: a key expires after its time-to-full in wall
 // time, which the demo's frozen clock does not see pass.
-func runTraffic(client *http.Client, f *fleet, ps []keyPlan, plans *ratelimit.Plans) ([]outcome, map[string][2]int64) {
+func runTraffic(client *http.Client, f *fleet, ps []keyPlan, plans *ratelimit.Plans) ([]outcome, map[string][3]int64) {
 	var mu sync.Mutex
 	var outs []outcome
-	left := map[string][2]int64{}
+	left := map[string][3]int64{}
 	var wg sync.WaitGroup
 	for k, p := range ps {
 		wg.Go(func() {
@@ -438,9 +496,10 @@ func runTraffic(client *http.Client, f *fleet, ps []keyPlan, plans *ratelimit.Pl
 			}
 			out := send(client, f, reqs, 8)
 			r, t := peekKey(f.stores[0], plans, p.key)
+			b := peekBudget(f.stores[0], plans, p.key)
 			mu.Lock()
 			outs = append(outs, out...)
-			left[p.key] = [2]int64{r, t}
+			left[p.key] = [3]int64{r, t, b}
 			mu.Unlock()
 		})
 	}
@@ -474,22 +533,69 @@ func peekKey(store ratelimit.Store, plans *ratelimit.Plans, key string) (request
 	return out[0].Remaining, out[1].Remaining
 }
 
+// budgetLimitOf returns the "budget" limit of key's plan, or nil.
+func budgetLimitOf(plans *ratelimit.Plans, key string) *ratelimit.Limit {
+	set, err := plans.Lookup(planOf(key), "")
+	if err != nil {
+		return nil
+	}
+	limits := set.Limits()
+	for i := range limits {
+		if limits[i].Name() == "budget" {
+			return &limits[i]
+		}
+	}
+	return nil
+}
+
+// budgetMonthEnd returns when the budgets' month holding now ends: the
+// next 1st, 00:00 in their zone.
+func budgetMonthEnd(plans *ratelimit.Plans, now time.Time) (time.Time, error) {
+	l := budgetLimitOf(plans, "sk-free-x")
+	if l == nil {
+		return time.Time{}, fmt.Errorf("the free plan has no budget")
+	}
+	_, end := l.WindowAt(now)
+	return end, nil
+}
+
+// peekBudget returns the micro-dollars the store holds for key's budget,
+// or -1.
+func peekBudget(store ratelimit.Store, plans *ratelimit.Plans, key string) int64 {
+	l := budgetLimitOf(plans, key)
+	if l == nil {
+		return -1
+	}
+	out := make([]ratelimit.Decision, 1)
+	if store.Take(context.Background(), []ratelimit.Request{{Key: key, Limit: l}}, out) != nil {
+		return -1
+	}
+	return out[0].Remaining
+}
+
 // statusCounts counts outcomes by status.
 type statusCounts struct {
-	sent, ok, rate, quota, tooLarge, badKey, failed, other int
-	tokens                                                 int64 // charged: usage of 200s
-	reserved                                               int64
+	sent, ok, rate, payment, quota, tooLarge, badKey, failed, other int
+	tokens                                                          int64 // charged: usage of 200s
+	reserved                                                        int64
+	cost, budgetRes                                                 int64 // micro-dollars charged, reserved
+	message                                                         string
 }
 
 func (c *statusCounts) add(o outcome) {
 	c.sent++
 	c.reserved += o.reserved
+	c.budgetRes += o.budgetRes
 	switch o.status {
 	case http.StatusOK:
 		c.ok++
 		c.tokens += o.tokens
+		c.cost += o.cost
 	case http.StatusTooManyRequests:
 		c.rate++
+	case http.StatusPaymentRequired:
+		c.payment++
+		c.message = o.message
 	case http.StatusForbidden:
 		c.quota++
 	case http.StatusRequestEntityTooLarge:
@@ -506,18 +612,18 @@ func (c *statusCounts) add(o outcome) {
 // The two header rows of a table of statusCounts columns: the status, and
 // what it means here.
 const (
-	statusHeader  = "sent\t200\t429\t403\t413\t401\t502\tother\t"
-	meaningHeader = "\tok\tper-minute\tdaily quota\tnever fits\tbad key\tmodel down\t\t"
+	statusHeader  = "sent\t200\t429\t402\t403\t413\t401\t502\tother\t"
+	meaningHeader = "\tok\tper-minute\tbudget\tdaily quota\tnever fits\tbad key\tmodel down\t\t"
 )
 
 func (c *statusCounts) cells() string {
-	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", c.sent, c.ok, c.rate, c.quota, c.tooLarge, c.badKey, c.failed, c.other)
+	return fmt.Sprintf("%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", c.sent, c.ok, c.rate, c.payment, c.quota, c.tooLarge, c.badKey, c.failed, c.other)
 }
 
 // reportShared prints the shared fleet's tables, per key and per instance,
 // compares every figure with the plan, including the store's own remaining
 // quota (left, per key), and returns whether all matched.
-func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]int64, f *fleet) bool {
+func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][3]int64, f *fleet) bool {
 	fmt.Fprintf(w, "The keys, each sending its calls at once, round-robin over the %d instances:\n", len(f.urls))
 	for _, p := range ps {
 		fmt.Fprintf(w, "  %-14s %3d %s\n", p.key, p.sent, p.what)
@@ -525,9 +631,9 @@ func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]
 	fmt.Fprintln(w)
 
 	type row struct {
-		c                statusCounts
-		retry, verdict   string
-		reqLeft, tokLeft int64
+		c                            statusCounts
+		retry, verdict               string
+		reqLeft, tokLeft, budgetLeft int64
 	}
 	rows := make([]row, len(ps))
 	allOK := true
@@ -538,23 +644,25 @@ func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]
 				continue
 			}
 			r.c.add(o)
-			if o.retryAfter != "" && (o.status == http.StatusTooManyRequests || o.status == http.StatusForbidden) {
+			if o.retryAfter != "" && (o.status == http.StatusTooManyRequests || o.status == http.StatusForbidden || o.status == http.StatusPaymentRequired) {
 				r.retry = o.retryAfter
 			}
 		}
 		c := &r.c
-		r.reqLeft, r.tokLeft = left[p.key][0], left[p.key][1]
-		match := c.ok == p.wantOK && c.rate == p.wantLimited && c.quota == p.wantForbidden && c.tooLarge == p.wantTooLarge &&
-			c.badKey == p.wantBadKey && c.failed == p.wantFailed && c.other == 0 && c.tokens == p.wantTokens &&
-			c.reserved == p.wantReserved && r.retry == p.wantRetryAfter
+		r.reqLeft, r.tokLeft, r.budgetLeft = left[p.key][0], left[p.key][1], left[p.key][2]
+		match := c.ok == p.wantOK && c.rate == p.wantLimited && c.payment == p.wantPayment && c.quota == p.wantForbidden &&
+			c.tooLarge == p.wantTooLarge && c.badKey == p.wantBadKey && c.failed == p.wantFailed && c.other == 0 &&
+			c.tokens == p.wantTokens && c.reserved == p.wantReserved && r.retry == p.wantRetryAfter &&
+			c.cost == p.wantCost && c.budgetRes == p.wantBudgetRes && c.message == p.wantMessage
 		if p.rpm > 0 {
-			match = match && r.reqLeft == p.wantReqRemain && r.tokLeft == p.wantTokRemain
+			match = match && r.reqLeft == p.wantReqRemain && r.tokLeft == p.wantTokRemain && r.budgetLeft == p.wantBudgetLeft
 		}
 		r.verdict = "yes"
 		if !match {
-			r.verdict = fmt.Sprintf("MISMATCH (want 200=%d 429=%d 403=%d 413=%d 401=%d 502=%d reserved=%d charged=%d left=%d/%d Retry-After=%q)",
-				p.wantOK, p.wantLimited, p.wantForbidden, p.wantTooLarge, p.wantBadKey, p.wantFailed, p.wantReserved, p.wantTokens,
-				p.wantReqRemain, p.wantTokRemain, p.wantRetryAfter)
+			r.verdict = fmt.Sprintf("MISMATCH (want 200=%d 429=%d 402=%d 403=%d 413=%d 401=%d 502=%d reserved=%d charged=%d "+
+				"budget reserved=%d charged=%d left=%d/%d/%d Retry-After=%q)",
+				p.wantOK, p.wantLimited, p.wantPayment, p.wantForbidden, p.wantTooLarge, p.wantBadKey, p.wantFailed, p.wantReserved, p.wantTokens,
+				p.wantBudgetRes, p.wantCost, p.wantReqRemain, p.wantTokRemain, p.wantBudgetLeft, p.wantRetryAfter)
 			allOK = false
 		}
 		if r.retry == "" {
@@ -564,7 +672,7 @@ func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]
 		}
 	}
 
-	fmt.Fprintln(w, "What each key got, by status (Retry-After: the wait the last 429 or 403 announced):")
+	fmt.Fprintln(w, "What each key got, by status (Retry-After: the wait the last 429, 402 or 403 announced):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "key\t"+statusHeader+"Retry-After\t")
 	fmt.Fprintln(tw, "\t"+meaningHeader+"\t")
@@ -578,8 +686,8 @@ func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]
 	fmt.Fprintln(w, "then what the shared store holds for the key. Expected: every figure of both tables is the one derived")
 	fmt.Fprintln(w, "from the limits.")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "key\ttokens\ttokens\ttokens\trequests\ttokens\t\t")
-	fmt.Fprintln(tw, "\treserved\tcharged\trefunded\tleft\tleft\texpected?\t")
+	fmt.Fprintln(tw, "key\ttokens\ttokens\ttokens\tbudget µ$\tbudget µ$\trequests\ttokens\tbudget µ$\t\t")
+	fmt.Fprintln(tw, "\treserved\tcharged\trefunded\treserved\tcharged\tleft\tleft\tleft\texpected?\t")
 	show := func(n int64) string {
 		if n < 0 {
 			return "-"
@@ -588,11 +696,16 @@ func reportShared(w io.Writer, ps []keyPlan, outs []outcome, left map[string][2]
 	}
 	for i, p := range ps {
 		r := &rows[i]
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t\n", p.key, r.c.reserved, r.c.tokens, r.c.reserved-r.c.tokens,
-			show(r.reqLeft), show(r.tokLeft), r.verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", p.key, r.c.reserved, r.c.tokens, r.c.reserved-r.c.tokens,
+			r.c.budgetRes, r.c.cost, show(r.reqLeft), show(r.tokLeft), show(r.budgetLeft), r.verdict)
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w)
+	for i, p := range ps {
+		if m := rows[i].c.message; m != "" {
+			fmt.Fprintf(w, "A 402 of %s says: %s\n\n", p.key, m)
+		}
+	}
 	fmt.Fprintln(w, "What each instance answered:")
 	reportInstances(w, ps, outs, f)
 	return allOK

@@ -1,14 +1,18 @@
 // Command _example is a small OpenAI-compatible AI API protected by
 // rampmeter: every API key has a plan, named by its prefix — sk-free-…
 // gets -rpm requests per minute and -tpd AI tokens per day, sk-pro-…
-// gets -pro-rpm and -pro-tpd, any other key is an invalid API key (401) — decided
-// atomically in one shared store by every instance, with at most
-// -concurrent (-pro-concurrent) calls of one key in flight at once across
-// the instances (a concurrency cap: 429 with Retry-After: 1 beyond it). Token estimates come
+// gets -pro-rpm and -pro-tpd, any other key is an invalid API key (401) — and
+// a monthly budget in micro-dollars (-budget, -pro-budget; $1 and $50 by
+// default) per calendar month in America/New_York, priced by the model's
+// price table (llm.Prices), all decided atomically in one shared store by
+// every instance, with at most -concurrent (-pro-concurrent) calls of one
+// key in flight at once across the instances (a concurrency cap: 429 with
+// Retry-After: 1 beyond it). Token estimates come
 // from the request body (llm.EstimateOpenAITokens), are reserved
 // before the model runs (at most half the daily quota per request) and
 // settled to the real usage after it; failed model calls are refunded; a
-// spent daily quota is a 403, a spent per-minute rate a 429; headers and
+// spent daily quota is a 403, a spent monthly budget a 402 Payment Required
+// (until the 1st of the next month), a spent per-minute rate a 429; headers and
 // errors follow the OpenAI API.
 //
 //	go run ./_example                 # one instance on 127.0.0.1:8080, embedded Redis
@@ -34,6 +38,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // the budget's zone, America/New_York, loads on any machine
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/go-chi/chi/v5"
@@ -57,6 +62,8 @@ type options struct {
 	proTPD       int64
 	concurrent   int64 // calls in flight per key, free plan
 	proConc      int64 // calls in flight per key, pro plan
+	budget       int64 // micro-dollars per calendar month, free plan
+	proBudget    int64
 	instances    int
 	demo         bool
 	storeTimeout time.Duration
@@ -73,6 +80,8 @@ func main() {
 	flag.Int64Var(&o.proTPD, "pro-tpd", 2_000_000, "AI tokens per day per API key of the pro plan")
 	flag.Int64Var(&o.concurrent, "concurrent", 10, "calls in flight at once per API key of the free plan, across the instances")
 	flag.Int64Var(&o.proConc, "pro-concurrent", 50, "calls in flight at once per API key of the pro plan")
+	flag.Int64Var(&o.budget, "budget", 1_000_000, "micro-dollars per calendar month (America/New_York) per API key of the free plan ($1)")
+	flag.Int64Var(&o.proBudget, "pro-budget", 50_000_000, "micro-dollars per calendar month per API key of the pro plan ($50)")
 	flag.DurationVar(&o.storeTimeout, "store-timeout", 0, "deadline of each store call, then FailOpen applies (default: the library's 50ms with -redis; 1s for the embedded miniredis, which runs Lua interpreted in this process and queues a burst)")
 	flag.IntVar(&o.instances, "instances", 1, "number of instances to serve, on consecutive ports, sharing one store")
 	flag.BoolVar(&o.demo, "demo", false, "send bursts from several API keys to 5 instances sharing one store, print what each got, and exit (0 only if every limit held exactly)")
@@ -127,8 +136,8 @@ func pingStore(s *redisstore.Store) error {
 	return s.Ping(ctx)
 }
 
-// newPlans validates the plans once: requests per minute and tokens per
-// day, stacked, per plan.
+// newPlans validates the plans once: requests per minute, tokens per day
+// and a monthly budget, stacked, per plan.
 func newPlans(o options) (*ratelimit.Plans, error) {
 	if o.rpm < 1 || o.tpd < 1 || o.proRPM < 1 || o.proTPD < 1 {
 		return nil, fmt.Errorf("-rpm, -tpd, -pro-rpm and -pro-tpd must be at least 1")
@@ -136,10 +145,29 @@ func newPlans(o options) (*ratelimit.Plans, error) {
 	if o.concurrent < 1 || o.proConc < 1 || max(o.concurrent, o.proConc) > ratelimit.MaxConcurrent {
 		return nil, fmt.Errorf("-concurrent and -pro-concurrent must be 1..%d", ratelimit.MaxConcurrent)
 	}
+	if o.budget < 1 || o.proBudget < 1 {
+		return nil, fmt.Errorf("-budget and -pro-budget must be at least 1")
+	}
+	// The budgets' months begin at midnight on the 1st in New York (the
+	// zone database is embedded: time/tzdata).
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		return nil, err
+	}
 	return withConcurrencyCaps(o, map[string][]ratelimit.Limit{
-		"free": {ratelimit.PerMinute(o.rpm).Named("requests"), ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens)},
-		"pro":  {ratelimit.PerMinute(o.proRPM).Named("requests"), ratelimit.PerDay(o.proTPD).Named("tokens").CostFrom(estimateTokens)},
+		"free": {ratelimit.PerMinute(o.rpm).Named("requests"), ratelimit.PerDay(o.tpd).Named("tokens").CostFrom(estimateTokens), budgetLimit(o.budget, ny)},
+		"pro":  {ratelimit.PerMinute(o.proRPM).Named("requests"), ratelimit.PerDay(o.proTPD).Named("tokens").CostFrom(estimateTokens), budgetLimit(o.proBudget, ny)},
 	})
+}
+
+// budgetLimit is a plan's monthly budget of microUSD micro-dollars: each
+// call reserves its estimated price (llm.EstimateOpenAICost) and settles
+// to the price of what the model used; a spent budget is answered with
+// 402 Payment Required and a Retry-After until the next month begins.
+func budgetLimit(microUSD int64, loc *time.Location) ratelimit.Limit {
+	return ratelimit.PerCalendarMonth(microUSD, loc).Named("budget").
+		CostFrom(estimateCost).WithUnit("usd-micros").
+		WithRefusalStatus(http.StatusPaymentRequired)
 }
 
 // maxHold is the concurrency caps' maximum hold: longer than any call of
@@ -283,30 +311,31 @@ func serve(o options) error {
 	first := net.JoinHostPort(host, strconv.Itoa(port))
 	fmt.Printf(`
 rampmeter demo API: %d instance(s), shared store: %s
-plans: sk-free-… %d requests/min and %d tokens/day; sk-pro-… %d requests/min and %d tokens/day
+plans: sk-free-… %d requests/min and %d tokens/day; sk-pro-… %d requests/min and %d tokens/day;
+       budgets of %d and %d micro-dollars per calendar month (America/New_York);
        at most %d (free) and %d (pro) calls of one key in flight at once
 
 Try it:
-  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[11]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Hello there"}],"max_tokens":16}'
-  curl -sN http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
+  curl -sN http://%[11]s/v1/chat/completions -H 'Authorization: Bearer sk-pro-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"Stream please"}],"stream":true}'
-  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[11]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo-fail","messages":[{"role":"user","content":"hi"}]}'        # 502: reservation refunded
-  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
+  curl -si http://%[11]s/v1/chat/completions -H 'Authorization: Bearer sk-free-alice' \
        -d '{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":200000}'  # 413: never fits
-  curl -si http://%[9]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
-  curl -si http://%[9]s/v1/chat/completions -d '{}'                                   # 401: no API key
-  curl -s http://%[9]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
-  seq 70 | xargs -P 8 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[9]s/v1/chat/completions \
+  curl -si http://%[11]s/v1/chat/completions -H 'Authorization: Bearer sk-gold-x' -d '{}' # 401: invalid API key
+  curl -si http://%[11]s/v1/chat/completions -d '{}'                                   # 401: no API key
+  curl -s http://%[11]s/metrics | grep '^rampmeter_'                                   # Prometheus metrics
+  seq 70 | xargs -P 8 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[11]s/v1/chat/completions \
        -H 'Authorization: Bearer sk-free-bob' -d '{"model":"demo","messages":[{"role":"user","content":"hi"}]}' \
        | sort | uniq -c                                                               # 70 calls, 8 at a time: 60 × 200, 10 × 429
-  seq 12 | xargs -P 12 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[9]s/v1/chat/completions \
+  seq 12 | xargs -P 12 -I{} curl -s -o /dev/null -w '%%{http_code}\n' http://%[11]s/v1/chat/completions \
        -H 'Authorization: Bearer sk-free-carol' -d '{"model":"demo-slow","messages":[{"role":"user","content":"hi"}]}' \
        | sort | uniq -c                                                               # 12 slow calls at once: 10 × 200, 2 × 429 (the cap)
 
 Ctrl-C stops.
-`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, o.concurrent, o.proConc, first)
+`, o.instances, where, o.rpm, o.tpd, o.proRPM, o.proTPD, o.budget, o.proBudget, o.concurrent, o.proConc, first)
 
 	select {
 	case <-ctx.Done():

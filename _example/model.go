@@ -91,6 +91,47 @@ var estimateTokens = llm.EstimateOpenAITokens(
 	llm.WithMaxBodyBytes(maxBodyBytes),
 )
 
+// prices is the demo's price table, in micro-dollars per million tokens:
+// "demo" at GPT-4o's list prices ($2.50 in, $10 out), "demo-large" at
+// o1-pro's ($150 in, $600 out), any other model (demo-fail, or none) at
+// demo's. So a demo call of 10 prompt tokens that writes 50 costs
+// 10 × 2.5 + 50 × 10 = 525 micro-dollars, and one of 1000 prompt tokens
+// on demo-large 1000 × 150 + 50 × 600 = 180,000.
+var prices = mustPrices(map[string]llm.Price{
+	"demo":       {Input: 2_500_000, Output: 10_000_000},
+	"demo-large": {Input: 150_000_000, Output: 600_000_000},
+	"*":          {Input: 2_500_000, Output: 10_000_000},
+})
+
+func mustPrices(table map[string]llm.Price) *llm.Prices {
+	p, err := llm.NewPrices(table)
+	if err != nil {
+		panic(err) // the table above is valid
+	}
+	return p
+}
+
+// estimateCost is the budget's cost function: the price of the token
+// estimate (prompt at the input price, max_tokens at the output price),
+// from the same parse of the body as estimateTokens.
+var estimateCost = llm.EstimateOpenAICost(prices,
+	llm.WithDefaultOutputTokens(defaultMaxTokens),
+	llm.WithMaxBodyBytes(maxBodyBytes),
+)
+
+// reportUsage settles the call's reservations to what the model used: its
+// tokens, and their price on the budget.
+func reportUsage(r *http.Request, model string, u llm.Usage) error {
+	if err := ratelimit.ReportUsage(r.Context(), "tokens", u.Total()); err != nil {
+		return err
+	}
+	cost, err := prices.Cost(model, u)
+	if err != nil {
+		return err
+	}
+	return ratelimit.ReportUsage(r.Context(), "budget", cost)
+}
+
 // usageOf is what the fake model spends on body, and whether it stopped
 // at the output cap.
 func usageOf(body *llm.OpenAIBody) (usage, bool) {
@@ -128,6 +169,9 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	if n, ok := ratelimit.Reserved(r.Context(), "tokens"); ok {
 		w.Header().Set("X-Demo-Reserved-Tokens", strconv.FormatInt(n, 10))
 	}
+	if n, ok := ratelimit.Reserved(r.Context(), "budget"); ok {
+		w.Header().Set("X-Demo-Reserved-Budget", strconv.FormatInt(n, 10))
+	}
 	if body.Model == failModel {
 		// A failed upstream call, no usage reported: the middleware
 		// releases the token reservation (the request still counts).
@@ -154,7 +198,7 @@ func completions(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if u, ok := llm.ParseOpenAIUsage(resp); ok {
-			if err := ratelimit.ReportUsage(r.Context(), "tokens", u.Total()); err != nil {
+			if err := reportUsage(r, body.Model, u); err != nil {
 				writeError(w, err)
 				return
 			}
@@ -174,7 +218,7 @@ func completions(w http.ResponseWriter, r *http.Request) {
 	if u.Seen {
 		// Reported even when the client left mid-stream: it pays for
 		// what the upstream generated.
-		if rerr := ratelimit.ReportUsage(r.Context(), "tokens", u.Total()); rerr != nil {
+		if rerr := reportUsage(r, body.Model, u.Usage); rerr != nil {
 			log.Printf("reporting the usage of a stream: %v", rerr)
 		}
 	}

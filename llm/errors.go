@@ -32,9 +32,15 @@ import (
 //     output tokens must be reduced in order to run successfully.` OpenAI
 //     itself sends this with 429, which SDKs retry in vain; 413 is not
 //     retried.
-//   - another 4xx (ratelimit.WithQuotaExhaustedStatus): type and code
+//   - another 4xx (ratelimit.WithQuotaExhaustedStatus, or
+//     Limit.WithRefusalStatus such as 402 for a spent budget): type and code
 //     "insufficient_quota", message `You exceeded your quota for "tokens"
-//     on tokens per day (TPD): ... Please try again in 5h3m0s.`
+//     on tokens per day (TPD): ... Please try again in 5h3m0s.` A calendar
+//     limit (ratelimit.PerCalendarMonth) is named by its period and zone,
+//     and the message says when it resets: `You exceeded your quota for
+//     "budget" on usd-micros per calendar month in America/New_York: Limit
+//     1000000, Used 999000, Requested 2500. The quota resets at
+//     2026-02-01T00:00:00-05:00. Please try again in 12h0m0s.`
 //   - 503 (ratelimit.FailClosed): type "server_error", no code.
 //
 // A failed key function (KeyError) or cost or WithLimitsFunc function
@@ -99,7 +105,11 @@ func openAIReject(w http.ResponseWriter, r *http.Request, rej ratelimit.Rejectio
 		return
 	}
 	wait := (time.Duration(retryAfterSeconds(rej.RetryAfter)) * time.Second).String()
-	counts := fmt.Sprintf("Limit %d, Used %d, Requested %d. Please try again in %s.", l.Burst(), max(0, l.Burst()-d.Remaining), cost, wait)
+	counts := fmt.Sprintf("Limit %d, Used %d, Requested %d. ", l.Burst(), max(0, l.Burst()-d.Remaining), cost)
+	if reset := ratelimit.CalendarReset(d); !reset.IsZero() {
+		counts += "The quota resets at " + reset.Format(time.RFC3339) + ". "
+	}
+	counts += "Please try again in " + wait + "."
 	if rej.Status == http.StatusTooManyRequests {
 		writeOpenAIError(w, rej.Status, "Rate limit reached "+on+": "+counts, string(l.Unit()), "rate_limit_exceeded")
 		return
@@ -182,6 +192,9 @@ func statusOf(err error, fallback int) (int, string) {
 func rateName(l *ratelimit.Limit) string {
 	if l.Algorithm() == ratelimit.Concurrency {
 		return "requests in flight at once"
+	}
+	if c := l.CalendarPeriod(); c != 0 {
+		return string(l.Unit()) + " per calendar " + c.String() + " in " + l.Location().String()
 	}
 	var per, abbr string
 	switch l.Period() {

@@ -65,7 +65,8 @@
 // schedule the fleet shares, SlidingLog limits, which record each
 // admission's time, and concurrency caps (ratelimit.Concurrent), whose
 // slots are held by requests in flight across the fleet and released one
-// by one (none can be handed out in advance); peeks (every
+// by one (none can be handed out in advance), and calendar windows
+// (budgets, spent by few large settled calls); peeks (every
 // cost 0), which read the backing store's exact state, in which leased
 // units count as spent; costs above a limit's burst; stacks of more than 8
 // requests or naming one (key, limit) pair twice; calls beyond WithMaxKeys

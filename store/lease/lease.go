@@ -190,7 +190,9 @@ func (s *Store) pass(ctx context.Context, reqs []ratelimit.Request, out []rateli
 // meters. A LeakyBucket's Delay is a place in a schedule shared by the
 // fleet, a SlidingLog records each admission's time, and a Concurrency
 // cap's slots are released one by one, by their start time: none can be
-// handed out in advance.
+// handed out in advance. A CalendarWindow passes through too: budgets are
+// spent by few, large, settled calls, where a lease would hold money back
+// from the other instances for little gain.
 func leasable(a ratelimit.Algorithm) bool {
 	switch a {
 	case ratelimit.TokenBucket, ratelimit.GCRA, ratelimit.FixedWindow, ratelimit.SlidingWindow:

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // the calendar benchmark's zone
 
 	"github.com/rampmeter/ratelimit"
 )
@@ -286,7 +287,20 @@ func algorithmBenches() []algorithmBench {
 		window(ratelimit.SlidingWindow),
 		{ratelimit.Every(100, 50*us).WithAlgorithm(log), ratelimit.Every(100, 500*time.Millisecond).WithAlgorithm(log), 1},
 		window(ratelimit.FixedWindow),
+		calendarBench(),
 	}
+}
+
+// calendarBench: a month in New York of 2^49 units, which the benchmarks
+// never spend: the period's boundaries are computed (time.Date in the
+// zone) on every decision.
+func calendarBench() algorithmBench {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		panic(err) // the zone database is embedded (time/tzdata)
+	}
+	l := ratelimit.PerCalendarMonth(1<<49, ny)
+	return algorithmBench{l, l, 1}
 }
 
 // BenchmarkAlgorithms measures one decision per op for each algorithm:

@@ -172,7 +172,7 @@ func formatState(l *ratelimit.Limit, st ratelimit.State) string {
 	switch l.Algorithm() {
 	case ratelimit.GCRA:
 		return i(st.Level)
-	case ratelimit.SlidingWindow:
+	case ratelimit.SlidingWindow, ratelimit.CalendarWindow:
 		return i(st.Level) + ":" + i(st.Updated) + ":" + i(st.Prev)
 	case ratelimit.SlidingLog, ratelimit.Concurrency:
 		// Run-length encoded: "t:n" for n equal entries t, in order.
@@ -266,6 +266,7 @@ func limitGroups(t testing.TB) map[string][]*ratelimit.Limit {
 			limitOf(t, ratelimit.Concurrent(ratelimit.MaxConcurrent, 50*365*24*time.Hour).Named("max-cap-fifty-years")),
 		},
 	}
+	g["Calendar"] = calendarLimits(t)
 	var all []*ratelimit.Limit
 	for _, ls := range g {
 		all = append(all, ls...)

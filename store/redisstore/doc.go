@@ -47,6 +47,18 @@
 // instead: for tests, or when all instances run clocks you trust. Either
 // way a clock that steps backwards creates no capacity.
 //
+// Calendar windows (ratelimit.PerCalendarMonth) are aligned to a time zone,
+// which Lua cannot compute: with each such limit the store sends the
+// starts of four consecutive periods around the time the script will
+// decide at as this process knows it (the WithClock time, or this host's
+// clock corrected by the Redis clock's offset last seen). A Redis clock
+// outside them (more than a whole period off, at least 23 hours) is
+// answered with an error before anything is written, and the store sends
+// the call once more with periods around the Redis time it reported: one
+// extra round trip after the Redis clock jumps, none after that. The stored
+// state holds its period's end, so a clock that steps back stays in the
+// stored period however far it steps.
+//
 // # Keys and state
 //
 // The state of caller key k under limit l lives at

@@ -25,7 +25,8 @@
 --                      fixed window, "F" fixed window aligned to the first
 --                      hit, "s" sliding-window counter, "o" sliding log,
 --                      "c" concurrency cap (quota = the cap, period =
---                      the maximum hold)
+--                      the maximum hold), "k" calendar window (its period
+--                      boundaries appended, see Calendar window)
 --       scale, drain   ratelimit.Limit.Params: one unit refills in
 --                      scale/drain µs
 --       burst, quota   units
@@ -48,6 +49,7 @@
 --   token/leaky bucket   "<level>:<updated>"
 --   GCRA                 "<tat>"
 --   fixed window         "<count>:<window start>"
+--   calendar window      "<count>:<period start>:<period end>"
 --   sliding window       "<count>:<window start>:<previous count>"
 --   sliding log          "<t>:<n>,<t>:<n>,..." the log run-length encoded:
 --                        n admissions at µs t, oldest first
@@ -575,7 +577,7 @@ local function decode(v, p)
     if t then
       st = {tonumber(t), 0, 0}
     end
-  elseif a == 's' then
+  elseif a == 's' or a == 'k' then
     local l, u, pr = string.match(v, '^(%d+):(%-?%d+):(%d+)$')
     if l then
       st = {tonumber(l), tonumber(u), tonumber(pr)}
@@ -599,7 +601,7 @@ local function encode(st, p)
   local a = p.algo
   if a == 'g' then
     return string.format('%d', st[1])
-  elseif a == 's' then
+  elseif a == 's' or a == 'k' then
     return string.format('%d:%d:%d', st[1], st[2], st[3])
   elseif a == 'o' or a == 'c' then
     local parts = {}
@@ -609,6 +611,152 @@ local function encode(st, p)
     return table.concat(parts, ',')
   end
   return string.format('%d:%d', st[1], st[2])
+end
+
+-- ---- Calendar window ----
+-- State {count, period start, period end}, "<count>:<start>:<end>" (the
+-- end is ratelimit.State.Prev: a period's length varies). Lua has no
+-- time zones: the Go side appends to the params string the starts of four
+-- consecutive calendar periods around its clock (ratelimit's
+-- Limit.CalendarBounds), ":<b1>:<b2>:<b3>:<b4>", so [b1, b4) covers the
+-- period holding the client's now and one whole period on either side
+-- (at least 23 hours, for a day). A Redis clock within that range finds its
+-- period among them, exactly as (*Limit).calSpan computes it; a stored
+-- period later than it (the clock moved back) carries its own end. A time
+-- outside it sets calendar_outside: the main section then answers with
+-- the error 'rampmeter: clock outside calendar bounds at <now>' before
+-- writing anything, and the Go side sends the call again with bounds
+-- around that now.
+
+local calendar_outside = false
+
+-- cal_bounds returns the four period starts of p, parsed once from its
+-- extra fields (what param_fields, defined further down, reads).
+local function cal_bounds(p)
+  if not p.bounds then
+    local b = {}
+    for v in string.gmatch(p.rest or '', ':(%-?%d+)') do
+      b[#b + 1] = tonumber(v)
+    end
+    for i = #b + 1, 4 do
+      b[i] = 0 -- malformed: every time is outside
+    end
+    p.bounds = b
+  end
+  return p.bounds
+end
+
+-- cal_span returns the period holding t, [start, next), or nil outside
+-- the bounds.
+local function cal_span(t, p)
+  local b = cal_bounds(p)
+  for i = 1, 3 do
+    if b[i] <= t and t < b[i + 1] then
+      return b[i], b[i + 1]
+    end
+  end
+  return nil
+end
+
+-- cal_next returns the start of the period after the one starting at s (a
+-- bound), or nil.
+local function cal_next(s, p)
+  local b = cal_bounds(p)
+  for i = 1, 3 do
+    if b[i] == s then
+      return b[i + 1]
+    end
+  end
+  return nil
+end
+
+-- calWindow: the period holding now, or the stored one when it is later
+-- (a clock that moved backwards stays in the stored window, whose end the
+-- state holds). Returns nil, and sets calendar_outside, when now is not
+-- within the bounds.
+local function cal_window(st, now, p)
+  local start, stop = cal_span(now, p)
+  if start and st[2] > start then
+    start, stop = st[2], st[3]
+    if stop <= start then -- a state without its end
+      stop = cal_next(start, p)
+    end
+  end
+  if not stop then
+    calendar_outside = true
+    return nil
+  end
+  return start, stop
+end
+
+-- calRoll: move to the window [w, stop).
+local function cal_roll(st, w, stop)
+  if w ~= st[2] then
+    st[1], st[2] = 0, w
+  end
+  st[3] = stop
+end
+
+-- describeCalendar: remaining = quota - count when positive, reset = the
+-- time to the period's end while it counts anything.
+local function describe_calendar(st, now, stop, p)
+  local remaining, reset = 0, 0
+  if st[1] < p.quota then
+    remaining = p.quota - st[1]
+  end
+  if st[1] > 0 and stop > now then
+    reset = stop - now
+  end
+  return remaining, reset
+end
+
+-- calendarTake. Returns allowed, remaining, reset, retry, delay.
+local function calendar_take(st, now, cost, p)
+  local start, stop = cal_window(st, now, p)
+  if not start then
+    return 0, 0, 0, 0, 0
+  end
+  cal_roll(st, start, stop)
+  local allowed, retry = 0, 0
+  if cost > p.quota then
+    retry = -1
+  elseif st[1] + cost > p.quota then
+    retry = stop - now
+  else
+    allowed = 1
+    st[1] = st[1] + cost
+  end
+  local remaining, reset = describe_calendar(st, now, stop, p)
+  return allowed, remaining, reset, retry, 0
+end
+
+-- calendarAdjust: credited to the current period when charged in it (a
+-- charge time before the bounds is an earlier period); a refund for an
+-- earlier period is dropped, an overage charged to the current one.
+-- Counts stay in [0, 2 quota], as windowAdjust's. Returns remaining, reset.
+local function calendar_adjust(st, now, charged_at, delta, p)
+  local start, stop = cal_window(st, now, p)
+  if not start then
+    return 0, 0
+  end
+  cal_roll(st, start, stop)
+  local limit = 2 * p.quota
+  local cw = cal_span(charged_at, p) -- nil: before the bounds
+  if cw == st[2] or delta > 0 then
+    st[1] = min(max(st[1] + delta, 0), limit)
+  end
+  return describe_calendar(st, now, stop, p)
+end
+
+-- calendarExpires: a count expires with its period (a decided state
+-- always holds its end).
+local function calendar_expires(st, p)
+  if st[1] == 0 then
+    return st[2]
+  elseif st[3] > st[2] then
+    return st[3]
+  end
+  return cal_next(st[2], p) or st[2]
 end
 
 -- expires_at mirrors (*Limit).ExpiresAt.
@@ -624,6 +772,8 @@ local function expires_at(st, p)
     return runs[#runs][1] + p.period
   elseif a == 't' or a == 'l' then
     return st[2] + ceildiv(st[1], p.drain)
+  elseif a == 'k' then
+    return calendar_expires(st, p)
   end
   return window_expires(st, p)
 end
@@ -647,6 +797,8 @@ local function take(st, now, cost, p)
   elseif a == 't' or a == 'l' then
     allowed, retry, delay = bucket_take(st, now, cost, p)
     remaining, reset = describe_bucket(st, p)
+  elseif a == 'k' then
+    return calendar_take(st, now, cost, p)
   else
     allowed, retry, delay = window_take(st, now, cost, p)
     remaining, reset = describe_window(st, now, p)
@@ -675,6 +827,8 @@ local function adjust(st, now, charged_at, delta, p)
   elseif a == 't' or a == 'l' then
     bucket_adjust(st, now, delta, p)
     return describe_bucket(st, p)
+  elseif a == 'k' then
+    return calendar_adjust(st, now, charged_at, delta, p)
   end
   window_adjust(st, now, charged_at, delta, p)
   return describe_window(st, now, p)
@@ -747,6 +901,12 @@ local function malformed_params(i)
   return redis.error_reply('ERR rampmeter: malformed limit parameters for request ' .. i)
 end
 
+-- calendar_outside_reply: the Redis clock is outside the calendar bounds
+-- the Go side sent (see the calendar window). Nothing has been written.
+local function calendar_outside_reply(t)
+  return redis.error_reply(string.format('ERR rampmeter: clock outside calendar bounds at %d', t))
+end
+
 local function malformed_state(key)
   -- Not written by this script (or by another version of it): refuse to
   -- guess. Nothing has been written yet.
@@ -773,6 +933,9 @@ if nkeys == 1 then
     allowed, remaining, reset, retry, delay = take(st, now, cost, p)
   else
     remaining, reset = adjust(st, now, tonumber(ARGV[6]), cost, p)
+  end
+  if calendar_outside then
+    return calendar_outside_reply(now)
   end
   if allowed == 1 and cost ~= 0 then
     store(key, st, p, v, now, margin)
@@ -827,6 +990,9 @@ for i = 1, nkeys do
     end
   else
     remaining, reset = adjust(st, now, tonumber(ARGV[b + 2]), cost, p)
+  end
+  if calendar_outside then
+    return calendar_outside_reply(now)
   end
   if cost ~= 0 then
     dirty[f] = p

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -163,6 +164,10 @@ type Store struct {
 	marginMs int64            // WithExpiryMargin, in ms
 	sharded  bool             // Cluster or Ring: one caller key per call
 	hmacs    sync.Pool        // of *hasher, HMAC-SHA256 keyed with the secret
+
+	// calSkew is the Redis clock minus this host's, in µs, as the last
+	// calendar call that missed its bounds saw it (see calendarArgs).
+	calSkew atomic.Int64
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -377,7 +382,15 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 		}
 	}
 
+	cal := s.calendarArgs(reqs, args, stride, 0)
 	reply, err := s.eval(ctx, args)
+	if at, ok := calendarOutside(err); ok && cal {
+		// The Redis clock is outside the calendar periods sent; the
+		// script wrote nothing, so sending it again is no replay.
+		s.calSkew.Store(at - time.Now().UnixMicro())
+		s.calendarArgs(reqs, args, stride, at)
+		reply, err = s.eval(ctx, args)
+	}
 	if err != nil {
 		return withContextErr(ctx, err)
 	}
@@ -546,6 +559,63 @@ func algoCode(l *ratelimit.Limit) string {
 		return "o"
 	case ratelimit.Concurrency:
 		return "c"
+	case ratelimit.CalendarWindow:
+		return "k"
 	}
 	return ""
+}
+
+// calendarArgs appends to the params of every CalendarWindow request in
+// args (the command run builds, stride arguments per request) the starts
+// of four consecutive calendar periods around at (µs; 0: the time the
+// script will decide at, as this process knows it: the WithClock time
+// sent, or this host's clock corrected by the skew last seen), which is
+// how the script, which has no time zones, finds its period (see
+// ratelimit.lua, "Calendar window"). It reports whether there was any.
+func (s *Store) calendarArgs(reqs []ratelimit.Request, args []any, stride int, at int64) bool {
+	n := len(reqs)
+	cal := false
+	for i := range reqs {
+		l := reqs[i].Limit
+		if l.Algorithm() != ratelimit.CalendarWindow {
+			continue
+		}
+		if at == 0 {
+			switch now := args[3+n+1].(type) { // ARGV[2]: the WithClock time, or ""
+			case int64:
+				at = now
+			case string:
+				at, _ = strconv.ParseInt(now, 10, 64)
+			}
+			if at <= 0 {
+				at = time.Now().UnixMicro() + s.calSkew.Load()
+			}
+		}
+		b := l.CalendarBounds(at)
+		p := []byte(limitParams(l))
+		for _, v := range b {
+			p = append(p, ':')
+			p = strconv.AppendInt(p, v, 10)
+		}
+		args[3+n+3+stride*i] = string(p)
+		cal = true
+	}
+	return cal
+}
+
+// calendarOutside reports whether err is the script's answer to a
+// calendar call whose Redis clock is outside the periods sent, and the
+// Redis time it gave.
+func calendarOutside(err error) (at int64, ok bool) {
+	const msg = "rampmeter: clock outside calendar bounds at "
+	if err == nil {
+		return 0, false
+	}
+	e := err.Error()
+	i := strings.Index(e, msg)
+	if i < 0 {
+		return 0, false
+	}
+	at, perr := strconv.ParseInt(strings.TrimSpace(e[i+len(msg):]), 10, 64)
+	return at, perr == nil && at > 0
 }

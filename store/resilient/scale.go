@@ -40,8 +40,9 @@ func (s Share) of(n int64) int64 {
 	return max(1, int64(q))
 }
 
-// ScaleLimit returns l scaled to share s of it: the same name, period,
-// algorithm, unit, cost function, window alignment and shadow mode, with
+// ScaleLimit returns l scaled to share s of it: the same name, period
+// (a calendar period in the same zone), algorithm, unit, cost function,
+// window alignment, refusal status and shadow mode, with
 // Quota' = max(1, floor(Quota × s)) and Burst' = max(1, floor(Burst × s)).
 // Rounding down keeps the instances' shares from adding up to more than the
 // whole, except where the floor of 1 applies.
@@ -61,6 +62,12 @@ func ScaleLimit(l ratelimit.Limit, s Share) (ratelimit.Limit, error) {
 	quota, burst := s.of(l.Quota()), s.of(l.Burst())
 	build := func(a ratelimit.Algorithm) ratelimit.Limit {
 		sl := ratelimit.Every(quota, l.Period())
+		switch l.CalendarPeriod() {
+		case ratelimit.CalendarDay:
+			sl = ratelimit.PerCalendarDay(quota, l.Location())
+		case ratelimit.CalendarMonth:
+			sl = ratelimit.PerCalendarMonth(quota, l.Location())
+		}
 		switch a {
 		case ratelimit.TokenBucket, ratelimit.GCRA, ratelimit.LeakyBucket:
 			sl = sl.WithBurst(burst)
@@ -75,6 +82,9 @@ func ScaleLimit(l ratelimit.Limit, s Share) (ratelimit.Limit, error) {
 		sl = sl.WithUnit(l.Unit()).Named(l.Name())
 		if l.IsShadow() {
 			sl = sl.Shadow()
+		}
+		if st := l.RefusalStatus(); st != 0 {
+			sl = sl.WithRefusalStatus(st)
 		}
 		return sl
 	}

@@ -138,3 +138,19 @@ func TestScaleLimitConcurrency(t *testing.T) {
 		t.Fatalf("scaled %v to %v", l, sl)
 	}
 }
+
+// TestScaleLimitCalendar: a calendar budget keeps its period, zone and
+// refusal status; only its quota is shared.
+func TestScaleLimitCalendar(t *testing.T) {
+	in := ratelimit.PerCalendarMonth(50_000_000, time.UTC).Named("budget").WithUnit("usd-micros").WithRefusalStatus(http.StatusPaymentRequired)
+	got, err := ScaleLimit(in, EvenShare(4))
+	require.NoError(t, err)
+	require.Equal(t, `"budget" 12500000/calendar month UTC calendar-window`, got.String())
+	require.Equal(t, ratelimit.CalendarMonth, got.CalendarPeriod())
+	require.Equal(t, time.UTC, got.Location())
+	require.Equal(t, http.StatusPaymentRequired, got.RefusalStatus())
+	require.Equal(t, ratelimit.Unit("usd-micros"), got.Unit())
+	day, err := ScaleLimit(ratelimit.PerCalendarDay(10, time.UTC), EvenShare(3))
+	require.NoError(t, err)
+	require.Equal(t, `"requests" 3/calendar day UTC calendar-window`, day.String())
+}

@@ -121,6 +121,10 @@ func modelPools() []modelPool {
 			ratelimit.Concurrent(2, 7*time.Microsecond).Named("fast"),
 			ratelimit.Concurrent(100, time.Minute).Named("hundred"),
 		}},
+		{"calendar", []ratelimit.Limit{
+			ratelimit.PerCalendarDay(7, calendarZones[len(calendarZones)-1]).Named("day"),
+			ratelimit.PerCalendarMonth(100, calendarZones[0]).Named("month"),
+		}},
 		{"mixed", []ratelimit.Limit{
 			odd.WithBurst(5).Named("tb"),
 			algo(ratelimit.PerSecond(10).WithBurst(5).Named("gcra"), ratelimit.GCRA),

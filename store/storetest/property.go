@@ -35,6 +35,7 @@ var Algorithms = []ratelimit.Algorithm{
 	ratelimit.TokenBucket, ratelimit.GCRA, ratelimit.LeakyBucket,
 	ratelimit.SlidingWindow, ratelimit.SlidingLog, ratelimit.FixedWindow,
 	ratelimit.Concurrency,
+	ratelimit.CalendarWindow,
 }
 
 // PropertyChecks returns the number of random sequences per algorithm that
@@ -246,6 +247,8 @@ func drawLimit(src source, a ratelimit.Algorithm, name string) ratelimit.Limit {
 	case ratelimit.Concurrency:
 		n := pick(src, "cap", 1, 2, 3, 5, 10, 100, src.draw(1, 50, "cap n"), ratelimit.MaxConcurrent)
 		l = ratelimit.Concurrent(n, anyPeriod())
+	case ratelimit.CalendarWindow:
+		return drawCalendarLimit(src, anyQuota(), name)
 	default:
 		l = ratelimit.Every(anyQuota(), anyPeriod())
 	}

@@ -24,7 +24,8 @@ type Harness struct {
 // each subtest. Subtests run one after another; a store's own tests may run
 // Run in parallel with other tests.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
-	for _, sc := range append(scenarios[:len(scenarios):len(scenarios)], algorithmScenarios...) {
+	all := append(scenarios[:len(scenarios):len(scenarios)], algorithmScenarios...)
+	for _, sc := range append(all, calendarScenarios...) {
 		t.Run(sc.name, func(t *testing.T) {
 			h := newHarness(t)
 			require.NotNil(t, h.Store, "Harness.Store")
