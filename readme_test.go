@@ -27,7 +27,7 @@ var readmePrograms = []struct {
 }{
 	{"## Quick start", "example_quickstart_test.go", "Example_quickStart"},
 	{"## Many instances: the Redis store", "example_redis_test.go", "Example_redis"},
-	{"## AI APIs", "llm/example_test.go", "Example"},
+	{"## AI APIs", "llm/example_gateway_test.go", "Example_gateway"},
 }
 
 // TestREADMEPrograms keeps every complete program in the README (the first

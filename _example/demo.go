@@ -369,9 +369,11 @@ func runDemo(w io.Writer, o options) error {
 	fmt.Fprintf(w, "rampmeter demo: %d instances of an OpenAI-style API share one store: %s.\n", demoInstances, where)
 	fmt.Fprintf(w, "The API key's prefix picks its plan: sk-free-… %d requests/min and %d tokens/day, sk-pro-… %d requests/min\n",
 		o.rpm, o.tpd, o.proRPM)
-	fmt.Fprintf(w, "and %d tokens/day; any other key is an invalid API key (401). Tokens are estimated from the body and reserved\n", o.proTPD)
-	fmt.Fprintf(w, "(at most half the daily quota) before the model runs, then settled to what it used. The clock stands still,\n")
-	fmt.Fprintf(w, "so every figure below follows from the limits alone, and is checked.\n\n")
+	fmt.Fprintf(w, "and %d tokens/day; any other key is an invalid API key (401). Each plan also has a monthly budget ($%.2f and\n", o.proTPD, float64(o.budget)/1e6)
+	fmt.Fprintf(w, "$%.2f per calendar month in America/New_York, 402 when spent) and a cap of %d and %d calls in flight per key.\n",
+		float64(o.proBudget)/1e6, o.concurrent, o.proConc)
+	fmt.Fprintf(w, "Tokens are estimated from the body and reserved (at most half the daily quota) before the model runs, then\n")
+	fmt.Fprintf(w, "settled to what it used. The clock stands still, so every figure below follows from the limits alone, and is checked.\n\n")
 
 	httpClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer httpClient.CloseIdleConnections()

@@ -44,6 +44,9 @@ func Example_gateway() {
 	plan := func(rpm, inputTPM, outputTPM, microUSD int64) []ratelimit.Limit {
 		return []ratelimit.Limit{
 			ratelimit.PerMinute(rpm).Named("requests"),
+			// At most 4 calls of a key in flight at once, across the
+			// fleet; a slot a crashed instance held returns after 10 min.
+			ratelimit.Concurrent(4, 10*time.Minute),
 			// Cached prompt reads do not count toward the input limit.
 			ratelimit.PerMinute(inputTPM).Named("input-tokens").
 				CostFrom(llm.EstimateOpenAITokens(llm.Counting(llm.Input | llm.CacheWrite))).WithUnit(llm.InputTokens),
@@ -120,12 +123,12 @@ func Example_gateway() {
 	fmt.Printf("%+v\n", lim.Stats())
 
 	// Output:
-	// 200 "requests";r=59;t=1, "input-tokens";r=29000;t=1, "output-tokens";r=8000;t=1, "budget";r=32000;t=43200
-	// 200 "requests";r=58;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
-	// 402 "requests";r=58;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
+	// 200 "requests";r=59;t=1, "concurrent-requests";r=3;t=1, "input-tokens";r=29000;t=1, "output-tokens";r=8000;t=1, "budget";r=32000;t=43200
+	// 200 "requests";r=58;t=1, "concurrent-requests";r=3;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
+	// 402 "requests";r=58;t=1, "concurrent-requests";r=4;t=0, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
 	// Retry-After: "43200" {"error":{"message":"You exceeded your quota for \"budget\" on usd-micros per calendar month in America/New_York: Limit 50000, Used 36000, Requested 18000. The quota resets at 2026-02-01T00:00:00-05:00. Please try again in 12h0m0s.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}
-	// 200 "requests";r=599;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=1, "budget";r=49926000;t=43200
-	// 429 "requests";r=599;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=6, "budget";r=49926000;t=43200
+	// 200 "requests";r=599;t=1, "concurrent-requests";r=3;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=1, "budget";r=49926000;t=43200
+	// 429 "requests";r=599;t=1, "concurrent-requests";r=4;t=0, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=6, "budget";r=49926000;t=43200
 	// Retry-After: "6" {"error":{"message":"Rate limit reached for \"output-tokens\" on output-tokens per min: Limit 10000, Used 9000, Requested 2000. Please try again in 6s.","type":"output-tokens","param":null,"code":"rate_limit_exceeded"}}
-	// {Allowed:3 Limited:2 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:0 ShadowLimited:0 Released:0 PlanErrors:0}
+	// {Allowed:3 Limited:2 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:3 ShadowLimited:0 Released:0 PlanErrors:0}
 }
