@@ -63,7 +63,11 @@ func TestConcurrencyMiddleware(t *testing.T) {
 			defer wg.Done()
 			codes <- serve(mw, request("GET", "/", "k", -1)).Code
 		}()
-		<-h.entered
+		select {
+		case <-h.entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request never reached the handler: a slot was not released?")
+		}
 	}
 	start()
 	start()
