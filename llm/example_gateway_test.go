@@ -17,8 +17,8 @@ import (
 )
 
 // Example_gateway is the program proposed for the README's "AI APIs"
-// section: per-key limits on requests, input tokens and output tokens per
-// minute, and a monthly budget in micro-dollars that resets at midnight on
+// section: per-key limits on requests in flight, requests, input tokens and
+// output tokens per minute, and a monthly budget in micro-dollars that resets at midnight on
 // the 1st in New York, each reserved on its own estimate and settled to
 // its own share of the usage; a spent budget is a 402 with a Retry-After
 // until the next month. The clock is fixed at Jan 31, 2026, 12:00 EST, 12
@@ -41,8 +41,12 @@ func Example_gateway() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	plan := func(rpm, inputTPM, outputTPM, microUSD int64) []ratelimit.Limit {
+	plan := func(inFlight, rpm, inputTPM, outputTPM, microUSD int64) []ratelimit.Limit {
 		return []ratelimit.Limit{
+			// A slot per call while it runs (a stream included), back when
+			// the handler returns; one held by a dead instance returns
+			// after 5 minutes.
+			ratelimit.Concurrent(inFlight, 5*time.Minute),
 			ratelimit.PerMinute(rpm).Named("requests"),
 			// Cached prompt reads do not count toward the input limit.
 			ratelimit.PerMinute(inputTPM).Named("input-tokens").
@@ -55,8 +59,8 @@ func Example_gateway() {
 		}
 	}
 	plans, err := ratelimit.NewPlans(map[string][]ratelimit.Limit{
-		"free": plan(60, 30_000, 10_000, 50_000),       // $0.05 a month
-		"pro":  plan(600, 300_000, 10_000, 50_000_000), // $50 a month
+		"free": plan(2, 60, 30_000, 10_000, 50_000),        // $0.05 a month
+		"pro":  plan(20, 600, 300_000, 10_000, 50_000_000), // $50 a month
 	})
 	if err != nil {
 		log.Fatal(err) // every plan's limits are validated here, once
@@ -120,12 +124,12 @@ func Example_gateway() {
 	fmt.Printf("%+v\n", lim.Stats())
 
 	// Output:
-	// 200 "requests";r=59;t=1, "input-tokens";r=29000;t=1, "output-tokens";r=8000;t=1, "budget";r=32000;t=43200
-	// 200 "requests";r=58;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
-	// 402 "requests";r=58;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
+	// 200 "concurrent-requests";r=1;t=1, "requests";r=59;t=1, "input-tokens";r=29000;t=1, "output-tokens";r=8000;t=1, "budget";r=32000;t=43200
+	// 200 "concurrent-requests";r=1;t=1, "requests";r=58;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
+	// 402 "concurrent-requests";r=2;t=0, "requests";r=58;t=1, "input-tokens";r=28000;t=1, "output-tokens";r=6000;t=1, "budget";r=14000;t=43200
 	// Retry-After: "43200" {"error":{"message":"You exceeded your quota for \"budget\" on usd-micros per calendar month in America/New_York: Limit 50000, Used 36000, Requested 18000. The quota resets at 2026-02-01T00:00:00-05:00. Please try again in 12h0m0s.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}
-	// 200 "requests";r=599;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=1, "budget";r=49926000;t=43200
-	// 429 "requests";r=599;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=6, "budget";r=49926000;t=43200
+	// 200 "concurrent-requests";r=19;t=1, "requests";r=599;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=1, "budget";r=49926000;t=43200
+	// 429 "concurrent-requests";r=20;t=0, "requests";r=599;t=1, "input-tokens";r=299000;t=1, "output-tokens";r=1000;t=6, "budget";r=49926000;t=43200
 	// Retry-After: "6" {"error":{"message":"Rate limit reached for \"output-tokens\" on output-tokens per min: Limit 10000, Used 9000, Requested 2000. Please try again in 6s.","type":"output-tokens","param":null,"code":"rate_limit_exceeded"}}
-	// {Allowed:3 Limited:2 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:0 ShadowLimited:0 Released:0 PlanErrors:0}
+	// {Allowed:3 Limited:2 TooLarge:0 Bypassed:0 StoreErrors:0 KeyErrors:0 CostErrors:0 Settled:3 ShadowLimited:0 Released:0 PlanErrors:0}
 }
