@@ -228,7 +228,8 @@ type Store struct {
 	marginArg any                        // marginMs, boxed once
 	cache     []atomic.Pointer[keyEntry] // WithKeyCache slots (a power of two), nil when off
 	seed      maphash.Seed               // of the cache's hashes
-	ap        *redis.AutoPipeliner       // WithPipelining: the client's async autopipeliner
+	ap        *redis.AutoPipeliner       // WithPipelining on a Cluster: the client's async autopipeliner
+	batch     *batcher                   // WithPipelining on one server
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -261,20 +262,26 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	}
 	s := &Store{client: client, prefix: c.prefix, now: c.now, marginMs: (c.margin + time.Millisecond - 1).Milliseconds()}
 	s.marginArg = s.marginMs
-	if c.pipelined {
+	switch client.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		s.sharded = true
+	}
+	switch _, ring := client.(*redis.Ring); {
+	case !c.pipelined:
+	case ring:
+		return nil, fmt.Errorf("%w: WithPipelining does not support a *redis.Ring (its shards cannot share a batch, and it has no AutoPipeline)", ErrInvalidOption)
+	case s.sharded:
 		ap, err := client.AsyncAutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("%w: WithPipelining: %T has no AutoPipeline: %w", ErrInvalidOption, client, err)
 		}
 		s.ap = ap
+	default:
+		s.batch = &batcher{s: s}
 	}
 	if c.keyCache > 0 {
 		s.cache = make([]atomic.Pointer[keyEntry], c.keyCache)
 		s.seed = maphash.MakeSeed()
-	}
-	switch client.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		s.sharded = true
 	}
 	secret := c.secret
 	s.hmacs.New = func() any { return &hasher{mac: hmac.New(sha256.New, secret)} }
@@ -397,47 +404,29 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	args, err := s.command(reqs, mode)
+	if err != nil {
+		return err
+	}
 	n := len(reqs)
-	stride := 2 // arguments per request: params, cost (Take); params, cost, at (Adjust)
+	stride := 2
 	if mode != "t" {
 		stride = 3
 	}
-	// The whole command: evalsha, sha, numkeys, keys, then ARGV.
-	args := make([]any, 3+n, 3+n+3+stride*n)
-	args[0], args[1], args[2] = "evalsha", scriptHash, n
-	args = append(args, mode, "", s.marginArg)
-	if s.now != nil {
-		args[3+n+1] = ratelimit.Micros(s.now())
+	eval := func() (string, error) {
+		if s.batch != nil {
+			return s.batch.do(ctx, args, n)
+		}
+		return s.evalOne(ctx, args)
 	}
-	for i := range reqs {
-		r := &reqs[i]
-		if s.sharded && i > 0 && r.Key != reqs[0].Key {
-			return fmt.Errorf("%w: request %d: caller key differs from request 0's; "+
-				"on Redis Cluster a call's keys must share one slot (CROSSSLOT), "+
-				"so stack limits of one caller key per call", ratelimit.ErrInvalidRequest, i)
-		}
-		e := s.entry(r.Key, r.Limit)
-		if e == nil {
-			return fmt.Errorf("%w: request %d: algorithm %v is not supported by the Redis store",
-				ratelimit.ErrInvalidRequest, i, r.Limit.Algorithm())
-		}
-		args[3+i] = e.rkey
-		cost := min(max(r.Cost, -maxLuaCost), maxLuaCost)
-		if stride == 2 {
-			args = append(args, e.params, cost)
-		} else {
-			args = append(args, e.params, cost, max(r.At, 0))
-		}
-	}
-
 	cal := s.calendarArgs(reqs, args, stride, 0)
-	reply, err := s.eval(ctx, args)
+	reply, err := eval()
 	if at, ok := calendarOutside(err); ok && cal {
 		// The Redis clock is outside the calendar periods sent; the
 		// script wrote nothing, so sending it again is no replay.
 		s.calSkew.Store(at - time.Now().UnixMicro())
 		s.calendarArgs(reqs, args, stride, at)
-		reply, err = s.eval(ctx, args)
+		reply, err = eval()
 	}
 	if err != nil {
 		return withContextErr(ctx, err)
@@ -487,6 +476,45 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 // maxCachedKey is the longest caller key the key cache keeps: longer keys
 // (rare, and costly to keep) are hashed on every call.
 const maxCachedKey = 256
+
+// command builds the EVALSHA command of a call of reqs in mode "t" or "a":
+// evalsha, sha, numkeys, the keys, then ARGV (see ratelimit.lua).
+func (s *Store) command(reqs []ratelimit.Request, mode string) ([]any, error) {
+	n := len(reqs)
+	stride := 2 // arguments per request: params, cost (Take); params, cost, at (Adjust)
+	if mode != "t" {
+		stride = 3
+	}
+	// The whole command: evalsha, sha, numkeys, keys, then ARGV.
+	args := make([]any, 3+n, 3+n+3+stride*n)
+	args[0], args[1], args[2] = "evalsha", scriptHash, n
+	args = append(args, mode, "", s.marginArg)
+	if s.now != nil {
+		args[3+n+1] = ratelimit.Micros(s.now())
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if s.sharded && i > 0 && r.Key != reqs[0].Key {
+			return nil, fmt.Errorf("%w: request %d: caller key differs from request 0's; "+
+				"on Redis Cluster a call's keys must share one slot (CROSSSLOT), "+
+				"so stack limits of one caller key per call", ratelimit.ErrInvalidRequest, i)
+		}
+		e := s.entry(r.Key, r.Limit)
+		if e == nil {
+			return nil, fmt.Errorf("%w: request %d: algorithm %v is not supported by the Redis store",
+				ratelimit.ErrInvalidRequest, i, r.Limit.Algorithm())
+		}
+		args[3+i] = e.rkey
+		cost := min(max(r.Cost, -maxLuaCost), maxLuaCost)
+		if stride == 2 {
+			args = append(args, e.params, cost)
+		} else {
+			args = append(args, e.params, cost, max(r.At, 0))
+		}
+	}
+
+	return args, nil
+}
 
 // parseReply fills out from the script's reply: space-separated integers,
 // now and then five per request (see ratelimit.lua).
@@ -568,11 +596,11 @@ type onceCmd struct{ *redis.StringCmd }
 // NoRetry tells go-redis not to re-send the command.
 func (onceCmd) NoRetry() bool { return true }
 
-// eval runs the script once: EVALSHA, then EVAL when the server does not
-// have the script cached (NOSCRIPT means it did not run, so sending EVAL
-// is no replay), each sent at most once. args is the whole EVALSHA
-// command; eval may change its first two elements.
-func (s *Store) eval(ctx context.Context, args []any) (string, error) {
+// evalOne runs the script once: EVALSHA, then EVAL when the server does
+// not have the script cached (NOSCRIPT means it did not run, so sending
+// EVAL is no replay), each sent at most once. args is the whole EVALSHA
+// command.
+func (s *Store) evalOne(ctx context.Context, args []any) (string, error) {
 	run := func() *redis.StringCmd {
 		cmd := redis.NewStringCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3) // routes the call to the keys' slot or shard
