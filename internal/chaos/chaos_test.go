@@ -59,6 +59,7 @@ type mode struct {
 	failure   ratelimit.FailureMode
 	guarded   bool // behind store/resilient
 	fallback  bool // with a local fallback
+	pipelined bool // redisstore.WithPipelining
 	statuses  []int
 	bypassing bool
 }
@@ -69,6 +70,9 @@ var modes = []mode{
 	{name: "fail-closed", failure: ratelimit.FailClosed, guarded: true, statuses: []int{200, 429, 503}},
 	// The Redis store alone (hardened go-redis client, no guard).
 	{name: "redis-only", failure: ratelimit.FailOpen, statuses: []int{200, 429}, bypassing: true},
+	// The same two ends in pipelined mode (issue 10, goal 4).
+	{name: "fallback-pipelined", failure: ratelimit.FailClosed, guarded: true, fallback: true, pipelined: true, statuses: []int{200, 429}},
+	{name: "redis-only-pipelined", failure: ratelimit.FailOpen, pipelined: true, statuses: []int{200, 429}, bypassing: true},
 }
 
 // scenario is one fault: inject starts it and returns the function that
@@ -192,7 +196,11 @@ func newInstance(t *testing.T, m mode, addr string) *instance {
 	in.client = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, MaxRetries: -1,
 		DialTimeout: 100 * time.Millisecond, PoolSize: 16})
 	t.Cleanup(func() { _ = in.client.Close() })
-	primary, err := redisstore.New(in.client, redisstore.WithPrefix("chaos:"+m.name+":"))
+	ropts := []redisstore.Option{redisstore.WithPrefix("chaos:" + m.name + ":")}
+	if m.pipelined {
+		ropts = append(ropts, redisstore.WithPipelining())
+	}
+	primary, err := redisstore.New(in.client, ropts...)
 	must(t, err)
 	var store ratelimit.Store = primary
 	if m.guarded {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,9 +71,9 @@ func newPrefix() string { return "rmcluster:" + strconv.FormatInt(time.Now().Uni
 
 // newStore returns a Redis store on cc that decides by clock, under
 // prefix.
-func newStore(t *testing.T, cc *redis.ClusterClient, clock *clocktest.Clock, prefix string) *redisstore.Store {
+func newStore(t *testing.T, cc *redis.ClusterClient, clock *clocktest.Clock, prefix string, opts ...redisstore.Option) *redisstore.Store {
 	t.Helper()
-	store, err := redisstore.New(cc, redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix))
+	store, err := redisstore.New(cc, append([]redisstore.Option{redisstore.WithClock(clock.Now), redisstore.WithPrefix(prefix)}, opts...)...)
 	require.NoError(t, err)
 	return store
 }
@@ -117,13 +118,25 @@ func callerKey(i int) string { return fmt.Sprintf("sk-caller-%03d", i) }
 // TestClusterStackedLimits charges 200 callers, spread over the slots of
 // all three masters, with stacks of two or three limits over 12 rounds
 // on a fake clock, and compares every decision with the model: no
-// CROSSSLOT, exact admission counts.
+// CROSSSLOT, exact admission counts. It runs twice on one cluster: with
+// the default store, and pipelined (WithPipelining: the ClusterClient's
+// autopipeliner batches per master), each round's callers then charged
+// concurrently.
 func TestClusterStackedLimits(t *testing.T) {
 	c := startCluster(t)
+	t.Run("default", func(t *testing.T) { testClusterStackedLimits(t, c, false) })
+	t.Run("pipelined", func(t *testing.T) { testClusterStackedLimits(t, c, true) })
+}
+
+func testClusterStackedLimits(t *testing.T, c *Cluster, pipelined bool) {
 	ctx := context.Background()
 	cc := c.client(t)
 	clock := clocktest.New(t0)
-	store := newStore(t, cc, clock, newPrefix())
+	var opts []redisstore.Option
+	if pipelined {
+		opts = append(opts, redisstore.WithPipelining())
+	}
+	store := newStore(t, cc, clock, newPrefix(), opts...)
 
 	// Every Redis key of one caller is in one slot, which the cluster
 	// (CLUSTER KEYSLOT) and our CRC16 agree on; the callers cover all
@@ -161,13 +174,30 @@ func TestClusterStackedLimits(t *testing.T) {
 	admitted, modelAdmitted := 0, 0
 	for round := range 12 {
 		now := ratelimit.Micros(clock.Now())
+		// Costs vary by caller and round: 1 to 3 units on the first
+		// limit, 0 to 2 on the others.
+		reqsOf := func(i int) []ratelimit.Request {
+			return requests(callerKey(i), i, int64(1+(i+round)%3), int64((i*7+round)%3))
+		}
+		outs := make([][]ratelimit.Decision, callers)
+		errs := make([]error, callers)
+		var wg sync.WaitGroup
 		for i := range callers {
-			// Costs vary by caller and round: 1 to 3 units on the
-			// first limit, 0 to 2 on the others.
-			cost := int64(1 + (i+round)%3)
-			reqs := requests(callerKey(i), i, cost, int64((i*7+round)%3))
-			out := make([]ratelimit.Decision, len(reqs))
-			require.NoError(t, store.Take(ctx, reqs, out), "round %d caller %d", round, i)
+			reqs := reqsOf(i)
+			outs[i] = make([]ratelimit.Decision, len(reqs))
+			if !pipelined {
+				errs[i] = store.Take(ctx, reqs, outs[i])
+				continue
+			}
+			// Callers are distinct, so concurrent calls are decided as
+			// the sequential ones would be.
+			wg.Go(func() { errs[i] = store.Take(ctx, reqs, outs[i]) })
+		}
+		wg.Wait()
+		for i := range callers {
+			reqs := reqsOf(i)
+			out := outs[i]
+			require.NoError(t, errs[i], "round %d caller %d", round, i)
 			want := m.take(reqs, now)
 			equal(t, out, want, "round %d caller %d", round, i)
 			if out[0].Allowed && out[len(out)-1].Allowed {
@@ -186,12 +216,21 @@ func TestClusterStackedLimits(t *testing.T) {
 // TestClusterSlotMigration moves the slot of a tested caller from one
 // master to another (CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE, SETSLOT
 // NODE) between decisions, and checks every decision against the model.
-func TestClusterSlotMigration(t *testing.T) {
+func TestClusterSlotMigration(t *testing.T) { testClusterSlotMigration(t) }
+
+// TestClusterSlotMigrationPipelined is TestClusterSlotMigration with a
+// pipelined store (WithPipelining): the redirects reach it through the
+// ClusterClient's autopipeliner.
+func TestClusterSlotMigrationPipelined(t *testing.T) {
+	testClusterSlotMigration(t, redisstore.WithPipelining())
+}
+
+func testClusterSlotMigration(t *testing.T, opts ...redisstore.Option) {
 	c := startCluster(t)
 	ctx := context.Background()
 	cc := c.client(t)
 	clock := clocktest.New(t0)
-	store := newStore(t, cc, clock, newPrefix())
+	store := newStore(t, cc, clock, newPrefix(), opts...)
 	m := model{}
 	take := func(key string, i int, msg string) ([]ratelimit.Decision, error) {
 		reqs := requests(key, i, 1)

@@ -308,7 +308,13 @@ func (s switchStats) String() string {
 // Calls during each switch use a 250 ms deadline; their failures are
 // counted, never asserted (real time on a shared machine). The figures are
 // logged.
-func TestClusterFailover(t *testing.T) {
+func TestClusterFailover(t *testing.T) { testClusterFailover(t) }
+
+// TestClusterFailoverPipelined is TestClusterFailover with pipelined stores
+// (WithPipelining).
+func TestClusterFailoverPipelined(t *testing.T) { testClusterFailover(t, redisstore.WithPipelining()) }
+
+func testClusterFailover(t *testing.T, opts ...redisstore.Option) {
 	// Registered first, so run last: after the clients are closed.
 	t.Cleanup(func() { waitDialProbes(t) })
 	c := startCluster(t, 0) // node 3 replicates master 0
@@ -316,7 +322,7 @@ func TestClusterFailover(t *testing.T) {
 	ctx := context.Background()
 	clock := clocktest.New(t0)
 	prefix := newPrefix()
-	store := newStore(t, c.client(t), clock, prefix)
+	store := newStore(t, c.client(t), clock, prefix, opts...)
 
 	const callers = 150
 	all := make([]int, callers)
@@ -398,7 +404,7 @@ func TestClusterFailover(t *testing.T) {
 
 	// One pass of Takes on the shard, acknowledged by the master alone,
 	// through a client that reloads its slot map every second (see below).
-	tuned := newStore(t, c.client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second }), clock, prefix)
+	tuned := newStore(t, c.client(t, func(o *redis.ClusterOptions) { o.ClusterStateReloadInterval = time.Second }), clock, prefix, opts...)
 	l.store = tuned
 	windowPass := l.pass // the pass that decides the costs
 	l.calm(t, shard, true, 150*time.Second)

@@ -20,7 +20,8 @@ const benchKeys = 10_000
 // 10,000 caller keys, with the server's clock (TIME) as in production. Each
 // op is one Take of two limits, i.e. two decisions; decisions/s is reported
 // as a metric. "serial" is one goroutine, "parallel64" 64 goroutines sharing
-// one client (PoolSize 64). Keys are deleted afterwards.
+// one client (PoolSize 64), "parallel64-pipelined" the same WithPipelining.
+// Keys are deleted afterwards.
 func BenchmarkTake(b *testing.B) {
 	addr := redistest.Addr(b)
 	rpm := ratelimit.PerMinute(600).Named("requests") // roomy: most takes are charged
@@ -30,12 +31,12 @@ func BenchmarkTake(b *testing.B) {
 		keys[i] = fmt.Sprintf("api-key-%05d", i)
 	}
 
-	run := func(b *testing.B, goroutines int) {
+	run := func(b *testing.B, goroutines int, opts ...redisstore.Option) {
 		client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true})
 		defer client.Close()
 		prefix := redistest.Prefix(b)
 		defer deletePrefix(b, client, prefix)
-		s, err := redisstore.New(client, redisstore.WithPrefix(prefix))
+		s, err := redisstore.New(client, append([]redisstore.Option{redisstore.WithPrefix(prefix)}, opts...)...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,6 +98,7 @@ func BenchmarkTake(b *testing.B) {
 		b.ReportMetric(float64(b.N)/sec, "takes/s")
 	})
 	b.Run("parallel64", func(b *testing.B) { run(b, 64) })
+	b.Run("parallel64-pipelined", func(b *testing.B) { run(b, 64, redisstore.WithPipelining()) })
 }
 
 // BenchmarkKey measures the key derivation alone (HMAC-SHA256, base64 and

@@ -162,6 +162,28 @@
 // the context's error (context.DeadlineExceeded), also when the socket
 // deadline it set surfaced first as a network timeout.
 //
+// # Pipelining
+//
+// WithPipelining makes concurrent calls share round trips. On one server (a
+// *redis.Client, standalone or Sentinel) the store coalesces the calls
+// that arrive while a batch is on its way into one script call in batch
+// mode, up to 128 calls: one round trip, one script invocation and one
+// clock reading (TIME) for all of them, each call decided as if alone
+// (atomic, all or nothing, in arrival order; a call that fails, say on a
+// malformed state, fails alone). A call alone in the queue is sent as an
+// ordinary script call, so a lone caller waits as long as without the
+// option. On a *redis.ClusterClient, whose callers live on different
+// slots, each call stays its own script call, and the client's async
+// go-redis AutoPipeliner writes the calls bound for one master together. A
+// *redis.Ring is refused. Either way the caller's deadline bounds the call
+// (a call whose context ended before its batch was formed is never sent;
+// one that ends later returns at once, and may or may not be decided by
+// Redis, as after a timeout without pipelining), and nothing is re-sent.
+//
+// The key names of a caller (the HMAC of its key, see Keys and state) are kept in a
+// small lock-free cache (WithKeyCache, 8192 entries by default), so a
+// caller seen recently costs neither an HMAC nor an allocation.
+//
 // # Redis versions
 //
 // The script uses GET, SET with PX, DEL and TIME. On Redis 3.2 to 4.x it

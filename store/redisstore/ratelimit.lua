@@ -44,6 +44,11 @@
 -- allowed, -1 = never), delay (µs, leaky bucket). A string, not an array:
 -- one reply value to convert here and to parse in Go, and %d keeps every
 -- integer exact.
+-- Batch (WithPipelining on one server): ARGV[1] "b", ARGV[2] and ARGV[3]
+-- as above, ARGV[4] the number of calls, then per call its mode ("t" or
+-- "a"), its number of requests, and its requests' arguments as above; the
+-- calls' keys follow each other in KEYS. The reply is one line per call
+-- (see the end of the script).
 --
 -- Stored state (ratelimit.State), one Redis string per key:
 --   token/leaky bucket   "<level>:<updated>"
@@ -864,18 +869,25 @@ end
 
 -- store writes st, the charged state of key under p, with its expiry, or
 -- deletes the key when st is equivalent to a key never seen; existed says
--- whether the key held a state before the call.
+-- whether the key held a state before the call. It returns an error
+-- message if Redis refused the write (OOM), nil otherwise.
 local function store(key, st, p, existed, now, margin)
   local ttl = expires_at(st, p) - now
+  local r
   if ttl <= 0 then
     -- Equivalent to a key never seen: forget it.
-    if existed then
-      redis.call('DEL', key)
+    if not existed then
+      return nil
     end
+    r = redis.pcall('DEL', key)
   else
     -- Whole milliseconds, rounded up: the key must outlive its state.
-    redis.call('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000) + margin)
+    r = redis.pcall('SET', key, encode(st, p), 'PX', ceildiv(ttl, 1000) + margin)
   end
+  if type(r) == 'table' and r.err then
+    return r.err
+  end
+  return nil
 end
 
 -- ---- Main ----
@@ -889,141 +901,213 @@ if ARGV[2] == '' then
 else
   now = tonumber(ARGV[2])
 end
-local is_take = ARGV[1] == 't'
 local margin = tonumber(ARGV[3])
-local stride = 3 -- arguments per request
-if is_take then
-  stride = 2
+
+-- Parsed params by params string, shared by every request of the script
+-- call that has the same limit: the algorithm functions only read p.
+local parsed = {}
+local function params_of(s)
+  local p = parsed[s]
+  if not p then
+    p = parse_params(s)
+    parsed[s] = p
+  end
+  return p
 end
-local nkeys = #KEYS
+
+-- get reads key's stored string (false when absent), or returns nil and
+-- Redis's error (a key of another type).
+local function get(key)
+  local v = redis.pcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return nil, v.err
+  end
+  return v
+end
 
 local function malformed_params(i)
-  return redis.error_reply('ERR rampmeter: malformed limit parameters for request ' .. i)
+  return 'ERR rampmeter: malformed limit parameters for request ' .. i
 end
 
--- calendar_outside_reply: the Redis clock is outside the calendar bounds
--- the Go side sent (see the calendar window). Nothing has been written.
-local function calendar_outside_reply(t)
-  return redis.error_reply(string.format('ERR rampmeter: clock outside calendar bounds at %d', t))
+-- calendar_outside_error: the Redis clock is outside the calendar bounds
+-- the Go side sent (see the calendar window). Nothing has been written for
+-- the call. The flag is cleared for the next call of a batch.
+local function calendar_outside_error()
+  calendar_outside = false
+  return string.format('ERR rampmeter: clock outside calendar bounds at %d', now)
 end
 
 local function malformed_state(key)
   -- Not written by this script (or by another version of it): refuse to
   -- guess. Nothing has been written yet.
-  return redis.error_reply('ERR rampmeter: malformed rate-limit state at key ' .. key)
+  return 'ERR rampmeter: malformed rate-limit state at key ' .. key
 end
 
-if nkeys == 1 then
-  -- One request, the common case: no bookkeeping of repeated keys. A
-  -- refused Take leaves st uncharged, so its remaining and reset are
-  -- already those of the stored state at now.
-  local key = KEYS[1]
-  local p = parse_params(ARGV[4])
-  if not p then
-    return malformed_params(1)
-  end
-  local cost = tonumber(ARGV[5])
-  local v = redis.call('GET', key)
-  local st = decode(v, p)
-  if not st then
-    return malformed_state(key)
-  end
-  local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
+-- decide decides one Store call of n requests, a Take (all or nothing)
+-- when is_take, else an Adjust: request i has the key KEYS[kb + i] and its
+-- arguments from ARGV[ab + 1 + stride (i - 1)]. It returns the call's reply
+-- string, or nil and an error message.
+local function decide(kb, ab, n, is_take)
+  local stride = 3 -- arguments per request
   if is_take then
-    allowed, remaining, reset, retry, delay = take(st, now, cost, p)
-  else
-    remaining, reset = adjust(st, now, tonumber(ARGV[6]), cost, p)
+    stride = 2
   end
-  if calendar_outside then
-    return calendar_outside_reply(now)
-  end
-  if allowed == 1 and cost ~= 0 then
-    store(key, st, p, v, now, margin)
-  end
-  return string.format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
-end
-
--- Per request: its params; per distinct key (by the first request on it):
--- the stored string (for peeks after a refusal), the working state, and
--- whether a request changed it (the params to write it with).
-local params, first = {}, {}
-local raw, work, dirty = {}, {}, {}
-local results = {}
-local refused = false
-
-for i = 1, nkeys do
-  local key = KEYS[i]
-  local b = 4 + stride * (i - 1)
-  local p = parse_params(ARGV[b])
-  if not p then
-    return malformed_params(i)
-  end
-  local cost = tonumber(ARGV[b + 1])
-  params[i] = p
-
-  -- The first request on this key: calls stack a handful of limits, for
-  -- which a look-back beats a table keyed by key name.
-  local f = i
-  for j = 1, i - 1 do
-    if KEYS[j] == key then
-      f = first[j]
-      break
+  if n == 1 then
+    -- One request, the common case: no bookkeeping of repeated keys. A
+    -- refused Take leaves st uncharged, so its remaining and reset are
+    -- already those of the stored state at now.
+    local key = KEYS[kb + 1]
+    local p = params_of(ARGV[ab + 1])
+    if not p then
+      return nil, malformed_params(1)
     end
-  end
-  first[i] = f
-  local st = work[f]
-  if f == i then
-    local v = redis.call('GET', key)
-    raw[i] = v or false
-    st = decode(v, p)
+    local cost = tonumber(ARGV[ab + 2])
+    local v, err = get(key)
+    if err then
+      return nil, err
+    end
+    local st = decode(v, p)
     if not st then
-      return malformed_state(key)
+      return nil, malformed_state(key)
     end
-    work[i] = st
+    local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
+    if is_take then
+      allowed, remaining, reset, retry, delay = take(st, now, cost, p)
+    else
+      remaining, reset = adjust(st, now, tonumber(ARGV[ab + 3]), cost, p)
+    end
+    if calendar_outside then
+      return nil, calendar_outside_error()
+    end
+    if allowed == 1 and cost ~= 0 then
+      err = store(key, st, p, v, now, margin)
+      if err then
+        return nil, err
+      end
+    end
+    return string.format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
   end
 
-  local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
-  if is_take then
-    allowed, remaining, reset, retry, delay = take(st, now, cost, p)
-    if allowed == 0 then
-      refused = true
+  -- Per request: its params; per distinct key (by the first request on it):
+  -- the stored string (for peeks after a refusal), the working state, and
+  -- whether a request changed it (the params to write it with).
+  local params, first = {}, {}
+  local raw, work, dirty = {}, {}, {}
+  local results = {}
+  local refused = false
+
+  for i = 1, n do
+    local key = KEYS[kb + i]
+    local b = ab + 1 + stride * (i - 1)
+    local p = params_of(ARGV[b])
+    if not p then
+      return nil, malformed_params(i)
+    end
+    local cost = tonumber(ARGV[b + 1])
+    params[i] = p
+
+    -- The first request on this key: calls stack a handful of limits, for
+    -- which a look-back beats a table keyed by key name.
+    local f = i
+    for j = 1, i - 1 do
+      if KEYS[kb + j] == key then
+        f = first[j]
+        break
+      end
+    end
+    first[i] = f
+    local st = work[f]
+    if f == i then
+      local v, err = get(key)
+      if err then
+        return nil, err
+      end
+      raw[i] = v
+      st = decode(v, p)
+      if not st then
+        return nil, malformed_state(key)
+      end
+      work[i] = st
+    end
+
+    local allowed, remaining, reset, retry, delay = 1, 0, 0, 0, 0
+    if is_take then
+      allowed, remaining, reset, retry, delay = take(st, now, cost, p)
+      if allowed == 0 then
+        refused = true
+      end
+    else
+      remaining, reset = adjust(st, now, tonumber(ARGV[b + 2]), cost, p)
+    end
+    if calendar_outside then
+      return nil, calendar_outside_error()
+    end
+    if cost ~= 0 then
+      dirty[f] = p
+    end
+    results[i] = {allowed, remaining, reset, retry, delay}
+  end
+
+  if refused then
+    -- All or nothing: write nothing. Allowed, retry and delay stay as
+    -- evaluated in order, but every request reports the stored, uncharged
+    -- state of its key at now (what a peek would see): the charges of
+    -- earlier requests in this call were not made.
+    for i = 1, n do
+      local p = params[i]
+      local v = raw[first[i]]
+      local _, remaining, reset = take(decode(v or nil, p), now, 0, p)
+      results[i][2] = remaining
+      results[i][3] = reset
     end
   else
-    remaining, reset = adjust(st, now, tonumber(ARGV[b + 2]), cost, p)
-  end
-  if calendar_outside then
-    return calendar_outside_reply(now)
-  end
-  if cost ~= 0 then
-    dirty[f] = p
-  end
-  results[i] = {allowed, remaining, reset, retry, delay}
-end
-
-if refused then
-  -- All or nothing: write nothing. Allowed, retry and delay stay as
-  -- evaluated in order, but every request reports the stored, uncharged
-  -- state of its key at now (what a peek would see): the charges of
-  -- earlier requests in this call were not made.
-  for i = 1, nkeys do
-    local p = params[i]
-    local v = raw[first[i]]
-    local _, remaining, reset = take(decode(v or nil, p), now, 0, p)
-    results[i][2] = remaining
-    results[i][3] = reset
-  end
-else
-  for i = 1, nkeys do
-    local p = dirty[i]
-    if p then
-      store(KEYS[i], work[i], p, raw[i], now, margin)
+    for i = 1, n do
+      local p = dirty[i]
+      if p then
+        local err = store(KEYS[kb + i], work[i], p, raw[i], now, margin)
+        if err then
+          return nil, err
+        end
+      end
     end
   end
+
+  local out = {string.format('%d', now)}
+  for i = 1, n do
+    local r = results[i]
+    out[i + 1] = reply_of(r[1], r[2], r[3], r[4], r[5])
+  end
+  return table.concat(out, ' ')
 end
 
-local out = {string.format('%d', now)}
-for i = 1, nkeys do
-  local r = results[i]
-  out[i + 1] = reply_of(r[1], r[2], r[3], r[4], r[5])
+if ARGV[1] ~= 'b' then
+  local r, err = decide(0, 3, #KEYS, ARGV[1] == 't')
+  if not r then
+    return redis.error_reply(err)
+  end
+  return r
 end
-return table.concat(out, ' ')
+
+-- A batch (WithPipelining): ARGV[4] calls, each given by its mode ("t" or
+-- "a") and its number of requests n, then its requests' arguments; its
+-- keys follow the previous call's in KEYS. The calls are decided in order,
+-- each as if alone, at one now: a call that fails (a malformed state, a key
+-- of another type, a write Redis refuses) fails alone, with what it may
+-- have written, as a lone call would. The reply is one line per call: the
+-- call's reply, or "!" and the error message.
+local replies = {}
+local kb, ab = 0, 4
+for c = 1, tonumber(ARGV[4]) do
+  local is_take = ARGV[ab + 1] == 't'
+  local n = tonumber(ARGV[ab + 2])
+  ab = ab + 2
+  local r, err = decide(kb, ab, n, is_take)
+  replies[c] = r or ('!' .. err)
+  kb = kb + n
+  if is_take then
+    ab = ab + 2 * n
+  else
+    ab = ab + 3 * n
+  end
+end
+return table.concat(replies, '\n')

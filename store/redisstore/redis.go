@@ -9,7 +9,10 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"hash/maphash"
+	"math/bits"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,8 +43,8 @@ const tagLen = 22
 //go:embed ratelimit.lua
 var luaSource string
 
-// script is shared by every Store: its SHA-1 is computed once.
-var script = redis.NewScript(luaSource)
+// scriptHash is the script's SHA-1, for EVALSHA.
+var scriptHash = redis.NewScript(luaSource).Hash()
 
 // The bound on |cost| sent to Lua. Any |cost| above 2^52 already saturates
 // every rule (an Adjust never stores more than 2^52 or less than 0, and a
@@ -58,6 +61,59 @@ type config struct {
 	now           func() time.Time
 	secret        []byte
 	ignoreCtxTime bool // AllowContextTimeoutDisabled
+	keyCache      int  // WithKeyCache, rounded up to a power of two; 0: off
+	pipelined     bool // WithPipelining
+}
+
+// WithPipelining makes concurrent calls share round trips: each Take and
+// Adjust is still one script call, decided exactly as without the option
+// (all or nothing, one atomic script per call), but the calls of many
+// goroutines are written to Redis together as one pipeline and their
+// replies read together, through the client's asynchronous go-redis
+// AutoPipeliner (Client.AsyncAutoPipeline, configured by the client's
+// Options.AutoPipelineOptions; go-redis marks it experimental). Under
+// concurrency this cuts the system calls and round trips per decision on
+// both sides; a lone caller gains nothing and waits as long as without it.
+//
+// The caller's deadline still bounds every call: a call whose context ends
+// returns its error at once, whether its command is still queued, on the
+// wire or running. Such a call may or may not be decided later by Redis (as
+// after a timeout without pipelining), and it is never re-sent: the
+// command is marked not to be retried, which go-redis honours for the
+// whole pipeline it rides in. It works on a *redis.Client (standalone or
+// Sentinel) and a *redis.ClusterClient; New returns an error wrapping
+// ErrInvalidOption for a client without AutoPipeline (a *redis.Ring).
+func WithPipelining() Option {
+	return func(c *config) error {
+		c.pipelined = true
+		return nil
+	}
+}
+
+// DefaultKeyCache is the number of entries of the key cache unless
+// WithKeyCache says otherwise.
+const DefaultKeyCache = 8192
+
+// WithKeyCache sets the number of (caller key, limit) pairs whose Redis key
+// names the store keeps, so that a caller seen recently costs no HMAC and
+// no allocation for its key names (default DefaultKeyCache, 8192; 0 turns
+// the cache off). n is rounded up to a power of two; it must be between 0
+// and 2^20. The cache is direct-mapped (a pair evicts the one whose slot it
+// hashes to) and holds at most one entry of about 200 bytes plus the caller
+// key per slot, so about 2 MB when 8192 slots are full; caller keys longer
+// than 256 bytes are never kept. Keys are kept in process memory only,
+// never in Redis.
+func WithKeyCache(n int) Option {
+	return func(c *config) error {
+		if n < 0 || n > 1<<20 {
+			return fmt.Errorf("%w: key cache size %d out of [0, 2^20]", ErrInvalidOption, n)
+		}
+		c.keyCache = 0
+		if n > 0 {
+			c.keyCache = 1 << bits.Len(uint(n-1))
+		}
+		return nil
+	}
 }
 
 // AllowContextTimeoutDisabled lets New accept a client whose
@@ -168,6 +224,12 @@ type Store struct {
 	// calSkew is the Redis clock minus this host's, in µs, as the last
 	// calendar call that missed its bounds saw it (see calendarArgs).
 	calSkew atomic.Int64
+
+	marginArg any                        // marginMs, boxed once
+	cache     []atomic.Pointer[keyEntry] // WithKeyCache slots (a power of two), nil when off
+	seed      maphash.Seed               // of the cache's hashes
+	ap        *redis.AutoPipeliner       // WithPipelining on a Cluster: the client's async autopipeliner
+	batch     *batcher                   // WithPipelining on one server
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -184,7 +246,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", ErrInvalidOption)
 	}
-	c := config{prefix: DefaultPrefix, secret: defaultKeySecret}
+	c := config{prefix: DefaultPrefix, secret: defaultKeySecret, keyCache: DefaultKeyCache}
 	for _, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("%w: nil Option", ErrInvalidOption)
@@ -199,9 +261,27 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		}
 	}
 	s := &Store{client: client, prefix: c.prefix, now: c.now, marginMs: (c.margin + time.Millisecond - 1).Milliseconds()}
+	s.marginArg = s.marginMs
 	switch client.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		s.sharded = true
+	}
+	switch _, ring := client.(*redis.Ring); {
+	case !c.pipelined:
+	case ring:
+		return nil, fmt.Errorf("%w: WithPipelining does not support a *redis.Ring (its shards cannot share a batch, and it has no AutoPipeline)", ErrInvalidOption)
+	case s.sharded:
+		ap, err := client.AsyncAutoPipeline()
+		if err != nil {
+			return nil, fmt.Errorf("%w: WithPipelining: %T has no AutoPipeline: %w", ErrInvalidOption, client, err)
+		}
+		s.ap = ap
+	default:
+		s.batch = &batcher{s: s}
+	}
+	if c.keyCache > 0 {
+		s.cache = make([]atomic.Pointer[keyEntry], c.keyCache)
+		s.seed = maphash.MakeSeed()
 	}
 	secret := c.secret
 	s.hmacs.New = func() any { return &hasher{mac: hmac.New(sha256.New, secret)} }
@@ -324,6 +404,82 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	args, err := s.command(reqs, mode)
+	if err != nil {
+		return err
+	}
+	n := len(reqs)
+	stride := 2
+	if mode != "t" {
+		stride = 3
+	}
+	eval := func() (string, error) {
+		if s.batch != nil {
+			return s.batch.do(ctx, args, n)
+		}
+		return s.evalOne(ctx, args)
+	}
+	cal := s.calendarArgs(reqs, args, stride, 0)
+	reply, err := eval()
+	if at, ok := calendarOutside(err); ok && cal {
+		// The Redis clock is outside the calendar periods sent; the
+		// script wrote nothing, so sending it again is no replay.
+		s.calSkew.Store(at - time.Now().UnixMicro())
+		s.calendarArgs(reqs, args, stride, at)
+		reply, err = eval()
+	}
+	if err != nil {
+		return withContextErr(ctx, err)
+	}
+	return parseReply(reply, reqs, out)
+}
+
+// keyEntry is what a call needs of one (caller key, limit) pair: the Redis
+// key and the limit's params string, both boxed once for the command's
+// arguments. Both are functions of the caller key and the limit's ID (ID
+// names every parameter a limit decides by, which is why two limits with
+// one ID may share a Redis key).
+type keyEntry struct {
+	key, id string
+	rkey    any // string: prefix{tag}:id
+	params  any // string: see limitParams
+}
+
+// entry returns the keyEntry of (key, l), from the cache when it holds it,
+// or nil if the script does not implement l's algorithm. The cache is a
+// direct-mapped table of atomic pointers: lock-free, a hit costs two string
+// hashes and compares, and a miss (an HMAC and two allocations) replaces
+// the slot's entry.
+func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
+	id := l.ID()
+	var slot *atomic.Pointer[keyEntry]
+	if s.cache != nil {
+		h := maphash.String(s.seed, key) ^ maphash.String(s.seed, id)*0x9E3779B97F4A7C15
+		slot = &s.cache[h&uint64(len(s.cache)-1)]
+		if e := slot.Load(); e != nil && e.key == key && e.id == id {
+			return e
+		}
+	}
+	params := limitParams(l)
+	if params == "" {
+		return nil
+	}
+	var tag [tagLen]byte
+	s.hashTag(key, &tag)
+	e := &keyEntry{key: strings.Clone(key), id: id, rkey: s.redisKey(&tag, l), params: params}
+	if slot != nil && len(key) <= maxCachedKey {
+		slot.Store(e)
+	}
+	return e
+}
+
+// maxCachedKey is the longest caller key the key cache keeps: longer keys
+// (rare, and costly to keep) are hashed on every call.
+const maxCachedKey = 256
+
+// command builds the EVALSHA command of a call of reqs in mode "t" or "a":
+// evalsha, sha, numkeys, the keys, then ARGV (see ratelimit.lua).
+func (s *Store) command(reqs []ratelimit.Request, mode string) ([]any, error) {
 	n := len(reqs)
 	stride := 2 // arguments per request: params, cost (Take); params, cost, at (Adjust)
 	if mode != "t" {
@@ -331,70 +487,33 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 	}
 	// The whole command: evalsha, sha, numkeys, keys, then ARGV.
 	args := make([]any, 3+n, 3+n+3+stride*n)
-	args[0], args[1], args[2] = "evalsha", script.Hash(), n
-	args = append(args, mode, "", s.marginMs)
+	args[0], args[1], args[2] = "evalsha", scriptHash, n
+	args = append(args, mode, "", s.marginArg)
 	if s.now != nil {
 		args[3+n+1] = ratelimit.Micros(s.now())
 	}
-
-	// Hash each distinct caller key once. Calls usually stack a handful of
-	// limits, for which a linear look-back beats a map.
-	tags := make([][tagLen]byte, n)
-	var first map[string]int // caller key -> first request, for long calls
-	if n > 8 {
-		first = make(map[string]int, n)
-	}
 	for i := range reqs {
 		r := &reqs[i]
-		params := limitParams(r.Limit)
-		if params == "" {
-			return fmt.Errorf("%w: request %d: algorithm %v is not supported by the Redis store",
+		if s.sharded && i > 0 && r.Key != reqs[0].Key {
+			return nil, fmt.Errorf("%w: request %d: caller key differs from request 0's; "+
+				"on Redis Cluster a call's keys must share one slot (CROSSSLOT), "+
+				"so stack limits of one caller key per call", ratelimit.ErrInvalidRequest, i)
+		}
+		e := s.entry(r.Key, r.Limit)
+		if e == nil {
+			return nil, fmt.Errorf("%w: request %d: algorithm %v is not supported by the Redis store",
 				ratelimit.ErrInvalidRequest, i, r.Limit.Algorithm())
 		}
-		j := 0
-		if first != nil {
-			var seen bool
-			if j, seen = first[r.Key]; !seen {
-				j = i
-				first[r.Key] = i
-			}
-		} else {
-			for j < i && reqs[j].Key != r.Key {
-				j++
-			}
-		}
-		if j < i {
-			tags[i] = tags[j]
-		} else {
-			if s.sharded && i > 0 {
-				return fmt.Errorf("%w: request %d: caller key differs from request 0's; "+
-					"on Redis Cluster a call's keys must share one slot (CROSSSLOT), "+
-					"so stack limits of one caller key per call", ratelimit.ErrInvalidRequest, i)
-			}
-			s.hashTag(r.Key, &tags[i])
-		}
-		args[3+i] = s.redisKey(&tags[i], r.Limit)
+		args[3+i] = e.rkey
 		cost := min(max(r.Cost, -maxLuaCost), maxLuaCost)
 		if stride == 2 {
-			args = append(args, params, cost)
+			args = append(args, e.params, cost)
 		} else {
-			args = append(args, params, cost, max(r.At, 0))
+			args = append(args, e.params, cost, max(r.At, 0))
 		}
 	}
 
-	cal := s.calendarArgs(reqs, args, stride, 0)
-	reply, err := s.eval(ctx, args)
-	if at, ok := calendarOutside(err); ok && cal {
-		// The Redis clock is outside the calendar periods sent; the
-		// script wrote nothing, so sending it again is no replay.
-		s.calSkew.Store(at - time.Now().UnixMicro())
-		s.calendarArgs(reqs, args, stride, at)
-		reply, err = s.eval(ctx, args)
-	}
-	if err != nil {
-		return withContextErr(ctx, err)
-	}
-	return parseReply(reply, reqs, out)
+	return args, nil
 }
 
 // parseReply fills out from the script's reply: space-separated integers,
@@ -477,19 +596,36 @@ type onceCmd struct{ *redis.StringCmd }
 // NoRetry tells go-redis not to re-send the command.
 func (onceCmd) NoRetry() bool { return true }
 
-// eval runs the script once: EVALSHA, then EVAL when the server does not
-// have the script cached (NOSCRIPT means it did not run, so sending EVAL
-// is no replay), each sent at most once. args is the whole EVALSHA
-// command; eval may change its first two elements.
-func (s *Store) eval(ctx context.Context, args []any) (string, error) {
+// evalOne runs the script once: EVALSHA, then EVAL when the server does
+// not have the script cached (NOSCRIPT means it did not run, so sending
+// EVAL is no replay), each sent at most once. args is the whole EVALSHA
+// command.
+func (s *Store) evalOne(ctx context.Context, args []any) (string, error) {
 	run := func() *redis.StringCmd {
 		cmd := redis.NewStringCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3) // routes the call to the keys' slot or shard
 		_ = s.client.Process(ctx, onceCmd{cmd})
 		return cmd
 	}
+	if s.ap != nil {
+		run = func() *redis.StringCmd {
+			cmd := redis.NewStringCmd(ctx, args...)
+			cmd.SetFirstKeyPos(3)
+			f := s.ap.Submit(ctx, onceCmd{cmd})
+			if err := f.WaitContext(ctx); err != nil && err == ctx.Err() {
+				// The context ended first: the command may still be queued or
+				// running, and its fields belong to the pipeline until it is
+				// done, so answer with a command of our own.
+				done := redis.NewStringCmd(ctx)
+				done.SetErr(err)
+				return done
+			}
+			return cmd
+		}
+	}
 	cmd := run()
 	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		args = slices.Clone(args) // the first command's, which a hook may still hold
 		args[0], args[1] = "eval", luaSource
 		cmd = run()
 	}
