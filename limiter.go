@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -13,17 +14,22 @@ import (
 // keyed event (Take). It is safe for concurrent use; its configuration is
 // fixed by New.
 type Limiter struct {
-	store   Store
-	limits  []Limit // Decisions point into this slice
-	key     KeyFunc
-	headers *styleWriter
-	failure FailureMode
-	timeout time.Duration
-	reject  RejectHandler
-	keyErr  func(w http.ResponseWriter, r *http.Request, err error)
-	skipKey bool
-	hooks   Hooks
-	stats   counters
+	store Store
+	one   SingleTaker // store, when it is one: the single-limit path
+	// nonBlocking: the store cannot block (NonBlocking), so its calls get
+	// no store timeout.
+	nonBlocking bool
+	scratch     sync.Pool // of *scratch: the slices of decide's store calls
+	limits      []Limit   // Decisions point into this slice
+	key         KeyFunc
+	headers     *styleWriter
+	failure     FailureMode
+	timeout     time.Duration
+	reject      RejectHandler
+	keyErr      func(w http.ResponseWriter, r *http.Request, err error)
+	skipKey     bool
+	hooks       Hooks
+	stats       counters
 
 	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
 	limitsFunc          LimitsFunc
@@ -127,6 +133,10 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
+	}
+	l.one, _ = store.(SingleTaker)
+	if nb, ok := store.(NonBlocking); ok {
+		l.nonBlocking = nb.NonBlocking()
 	}
 	if !c.alertOff {
 		l.alert = &storeAlert{logger: c.alertLogger, interval: c.alertInterval, mode: c.failure}
@@ -235,7 +245,7 @@ func (l *Limiter) Stats() Stats {
 // index returns the position of the limit named name, or -1.
 func (l *Limiter) index(name string) int {
 	for i := range l.limits {
-		if l.limits[i].Name() == name {
+		if l.limits[i].nameOf() == name {
 			return i
 		}
 	}
@@ -252,7 +262,7 @@ func (l *Limiter) bypass(ctx context.Context, reason error) {
 
 // record counts the final decision on one request in Stats and reports it
 // to Hooks.OnDecision: once per decided request.
-func (l *Limiter) record(ctx context.Context, res Result) {
+func (l *Limiter) record(ctx context.Context, res *Result) {
 	switch {
 	case res.Allowed:
 		l.stats.allowed.Add(1)
@@ -265,6 +275,8 @@ func (l *Limiter) record(ctx context.Context, res Result) {
 		l.stats.limited.Add(1)
 	}
 	if l.hooks.OnDecision != nil {
-		l.hooks.OnDecision(ctx, res)
+		// A copy of the decisions: the hook may keep them, and res's may
+		// live in the caller's frame (Take, serveLight).
+		l.hooks.OnDecision(ctx, res.detached())
 	}
 }

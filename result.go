@@ -97,6 +97,14 @@ func resultOf(ds []Decision) Result {
 	return res
 }
 
+// detached returns a copy of *r with its own copy of the decisions, for
+// code that may keep them (hooks, HeaderWriters, RejectHandlers): r's may
+// live in the frame of Limiter.Take's caller or of the middleware.
+func (r *Result) detached() Result {
+	return Result{Allowed: r.Allowed, Decisions: append([]Decision(nil), r.Decisions...),
+		RetryAfter: r.RetryAfter, Delay: r.Delay, Bypassed: r.Bypassed}
+}
+
 // tooLarge reports whether a refusal can never be admitted.
 func (r Result) tooLarge() bool { return !r.Allowed && r.RetryAfter == RetryNever }
 
