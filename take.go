@@ -127,15 +127,20 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 }
 
 // callOne is call for a Take of the one request r, through the store's
-// SingleTaker (l.one, non-nil): no slice crosses the interface.
-func (l *Limiter) callOne(ctx context.Context, r Request) (Decision, error) {
+// SingleTaker (l.one, non-nil), writing the decision to *out: no slice
+// crosses the interface.
+func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
 		start = l.now()
 	}
-	d, err := l.one.TakeOne(tctx, r)
-	return d, l.called(ctx, tctx, cancel, OpTake, 1, start, err)
+	var err error
+	*out, err = l.one.TakeOne(tctx, r)
+	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+		return nil // what called would do, without its call
+	}
+	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
 }
 
 // storeContext returns the context of a store call made with ctx: ctx
@@ -247,6 +252,7 @@ func (l *Limiter) storeError(ctx, tctx context.Context, op StoreOp, err error) e
 func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result, error) {
 	// Small enough to be inlined: the decisions then live in the caller's
 	// frame, and cost no allocation unless the caller keeps the Result.
+	// (takeInto must not store ds through a pointer, or ds escapes.)
 	var ds [inlineDecisions]Decision
 	return l.takeInto(ctx, key, costs, ds[:])
 }
@@ -296,7 +302,9 @@ const inlineDecisions = 2
 // decisions are written to ds when it is long enough, else to a new
 // slice; nothing else escapes: a request of one limit goes through the
 // store's SingleTaker when it has one, and the slices of a store call are
-// the Limiter's pooled scratch.
+// the Limiter's pooled scratch. (The Result is returned, not written
+// through a pointer: a store of ds through a pointer would make it
+// escape.)
 func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) (Result, error) {
 	n := len(limits)
 	if len(ds) < n {
@@ -304,11 +312,9 @@ func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs 
 	}
 	ds = ds[:n]
 	if n == 1 && l.one != nil {
-		d, err := l.callOne(ctx, Request{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)})
-		if err != nil {
+		if err := l.callOne(ctx, Request{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)}, &ds[0]); err != nil {
 			return Result{}, err
 		}
-		ds[0] = d
 		// A lone shadow limit that refused charged nothing, and nothing
 		// else is to be charged: no retake (see take).
 		return resultOf(ds), nil
