@@ -171,6 +171,9 @@ func (s *reqState) Value(key any) any {
 }
 
 func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *reqState {
+	if !statesMade.Load() {
+		statesMade.Store(true)
+	}
 	s := &reqState{Context: ctx, lim: l, key: key, set: set}
 	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
 	if p := s.parent; p != nil {

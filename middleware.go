@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -190,12 +191,8 @@ func (l *Limiter) needsState(set *PolicySet) bool {
 // decisions live in this frame. The handler gets r itself.
 func (l *Limiter) serveLight(w http.ResponseWriter, r *http.Request, next http.Handler, key string, set *PolicySet) {
 	ctx := r.Context()
-	if p, _ := ctx.Value(stateKey{}).(*reqState); p != nil {
-		// An enclosing Limiter's state: it must know that the fields it
-		// wrote are not the last ones (see releaseEarly).
-		p.mu.Lock()
-		p.nested = true
-		p.mu.Unlock()
+	if statesMade.Load() {
+		l.markNested(ctx)
 	}
 	var ds [inlineDecisions]Decision
 	res, err := l.decide(ctx, key, set.limits, nil, ds[:])
@@ -251,6 +248,21 @@ func (l *Limiter) serveLight(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// statesMade is set once any Limiter in the process has made a reqState
+// (newState): until then no request's context can hold one, and
+// serveLight need not look for it.
+var statesMade atomic.Bool
+
+// markNested tells the reqState of an enclosing Limiter in ctx, if any,
+// that a Limiter inside it wrote fields after its own (see releaseEarly).
+func (l *Limiter) markNested(ctx context.Context) {
+	if p, _ := ctx.Value(stateKey{}).(*reqState); p != nil {
+		p.mu.Lock()
+		p.nested = true
+		p.mu.Unlock()
+	}
 }
 
 // refuse answers a refused request: Retry-After unless waiting cannot
