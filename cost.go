@@ -373,7 +373,20 @@ func (l *Limiter) settle(s *reqState) {
 	if released {
 		l.stats.released.Add(1)
 	}
-	if l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], make([]Decision, n)) != nil {
+	// The decisions are not read: the Limiter's scratch takes them.
+	var out []Decision
+	var sc *scratch
+	if n <= inlineScratch {
+		sc = l.getScratch()
+		out = sc.out[:n]
+	} else {
+		out = make([]Decision, n)
+	}
+	err := l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], out)
+	if sc != nil {
+		l.putScratch(sc)
+	}
+	if err != nil {
 		return // counted and reported by call
 	}
 	if s.earlyReleased == 0 { // else counted by releaseEarly

@@ -418,10 +418,10 @@ func (l *Limit) effectiveWindow(d *Decision, r int64) time.Duration {
 	switch {
 	case r < max(0, d.Remaining): // capped at q: the sustained rate, q per w
 		return time.Duration(l.wireW) * time.Second
-	case r >= l.Burst(): // full: once r is spent, one interval
+	case r >= l.burstOf(): // full: once r is spent, one interval
 		return d.Reset + micros(ceilDiv(l.scale, l.drain))
 	}
-	return max(0, d.Reset-micros((l.Burst()-r-1)*l.scale/l.drain))
+	return max(0, d.Reset-micros((l.burstOf()-r-1)*l.scale/l.drain))
 }
 
 // appendPolicyName appends l's policyName as an RFC 9651 String. Names
@@ -432,7 +432,7 @@ func appendPolicyName(b []byte, l *Limit) []byte {
 		b = append(b, l.ns...)
 		b = append(b, '/')
 	}
-	b = append(b, l.Name()...)
+	b = append(b, l.nameOf()...)
 	return append(b, '"')
 }
 
@@ -449,12 +449,12 @@ func writeXRateLimit(h http.Header, res *Result) {
 		limit, err1 := strconv.ParseInt(h.Get("X-Ratelimit-Limit"), 10, 64)
 		remaining, err2 := strconv.ParseInt(h.Get("X-Ratelimit-Remaining"), 10, 64)
 		if err1 == nil && err2 == nil && limit > 0 &&
-			!fractionBelow(d.Remaining, d.Limit.Burst(), remaining, limit) {
+			!fractionBelow(d.Remaining, d.Limit.burstOf(), remaining, limit) {
 			return
 		}
 	}
 	vs := []string{
-		strconv.FormatInt(d.Limit.Burst(), 10),
+		strconv.FormatInt(d.Limit.burstOf(), 10),
 		strconv.FormatInt(max(0, d.Remaining), 10),
 		strconv.FormatInt(ceilSeconds(d.Reset), 10),
 	}
@@ -500,7 +500,7 @@ func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
 // than b: a.Remaining/a.Burst < b.Remaining/b.Burst, compared exactly in
 // 128 bits.
 func tighter(a, b *Decision) bool {
-	return fractionBelow(a.Remaining, a.Limit.Burst(), b.Remaining, b.Limit.Burst())
+	return fractionBelow(a.Remaining, a.Limit.burstOf(), b.Remaining, b.Limit.burstOf())
 }
 
 // fractionBelow reports whether ra/ba < rb/bb for capacities ba, bb > 0

@@ -69,7 +69,7 @@ func (s *PolicySet) Limits() []Limit { return append([]Limit(nil), s.limits...) 
 // index returns the position of the limit named name, or -1.
 func (s *PolicySet) index(name string) int {
 	for i := range s.limits {
-		if s.limits[i].Name() == name {
+		if s.limits[i].nameOf() == name {
 			return i
 		}
 	}

@@ -84,7 +84,8 @@ type Store interface {
 	// at least len(reqs). A non-nil error (a malformed request wrapping
 	// ErrInvalidRequest, a context deadline, a store failure) means no
 	// decision was made and, when the store can know it, nothing was
-	// charged.
+	// charged. A store keeps neither slice and writes nothing to out
+	// once it has returned: the Limiter reuses them for other calls.
 	Take(ctx context.Context, reqs []Request, out []Decision) error
 
 	// Adjust charges (Cost > 0) or refunds (Cost < 0) usage without a
