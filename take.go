@@ -249,6 +249,10 @@ func (l *Limiter) storeError(ctx, tctx context.Context, op StoreOp, err error) e
 // A slot taken on a concurrency cap (Concurrent) is held until the cap's
 // maximum hold ends: Take returns no handle to release it early. Use
 // Reserve, whose Reservation.Release gives it back.
+//
+// On store/memory, with up to two limits and no Hooks.OnDecision, Take
+// allocates nothing unless the caller keeps the Result beyond its frame
+// (then one allocation holds the decisions).
 func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result, error) {
 	// Small enough to be inlined: the decisions then live in the caller's
 	// frame, and cost no allocation unless the caller keeps the Result.
