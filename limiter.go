@@ -306,7 +306,7 @@ func (l *Limiter) record(ctx context.Context, res *Result) {
 	switch {
 	case res.Allowed:
 		l.stats.allowed.Add1()
-		if res.ShadowLimited() {
+		if shadowLimited(res.Decisions) {
 			l.stats.shadowLimited.Add(1)
 		}
 	case res.tooLarge():

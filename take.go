@@ -278,7 +278,16 @@ func (l *Limiter) takeInto(ctx context.Context, key string, costs []int64, ds []
 			return Result{}, fmt.Errorf("%w: Take: negative cost %d for limit %q", ErrInvalidRequest, cost, l.limits[i].nameOf())
 		}
 	}
-	res, err := l.decide(ctx, key, l.limits, costs, ds)
+	var res Result
+	var err error
+	if n == 1 && l.one != nil && len(ds) > 0 {
+		// decide's single path, without a copy of the Result out of it.
+		if err = l.callOne(ctx, Request{Key: key, Limit: &l.limits[0], Cost: costOf(costs, 0)}, &ds[0]); err == nil {
+			res = resultOne(ds[:1])
+		}
+	} else {
+		res, err = l.decide(ctx, key, l.limits, costs, ds)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, err
@@ -321,7 +330,7 @@ func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs 
 		}
 		// A lone shadow limit that refused charged nothing, and nothing
 		// else is to be charged: no retake (see take).
-		return resultOf(ds), nil
+		return resultOne(ds), nil
 	}
 	var sc *scratch
 	var reqs []Request
