@@ -45,8 +45,9 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // A report for a concurrency cap (Concurrent) is accepted and ignored: its
 // slot is released when the handler returns, whatever the report.
 //
-// Only a request charged to a set of limits with a cost function (or by a
-// Limiter with WithRefundOnServerError) has a reservation: the middleware
+// Only a request charged to a set of limits with a cost function or a
+// concurrency cap (or by a Limiter with WithRefundOnServerError) has a
+// reservation: the middleware
 // keeps no per-request state for the others, whose every limit costs 1
 // and has nothing to settle, so a report to them is an error (or reaches
 // only the enclosing Limiters that have a reservation).

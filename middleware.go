@@ -179,11 +179,12 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 
 // needsState reports whether a request charged to set needs its reqState:
 // when a limit has a cost function (ReportUsage, Reserved, the release of
-// a failed call) or a failed call's status may refund every limit
+// a failed call) or is a concurrency cap (its slot returns when the
+// handler does), or a failed call's status may refund every limit
 // (WithRefundOnServerError). Every other request takes serveLight, which
 // allocates no state, does not copy the request and watches no status.
 func (l *Limiter) needsState(set *PolicySet) bool {
-	return set.hasCost || l.refundOnServerError
+	return set.hasCost || set.hasSlot || l.refundOnServerError
 }
 
 // serveLight is serve for a request whose set needs no state (needsState):

@@ -24,6 +24,7 @@ type PolicySet struct {
 	policy  string  // the RateLimit-Policy value (HeadersIETF, no shadow limits)
 	shadow  bool    // some limit is a shadow limit
 	hasCost bool    // some limit has a cost function
+	hasSlot bool    // some limit is a concurrency cap (holdsSlot)
 }
 
 // NewPolicySet validates limits and returns them as a set: there must be at
@@ -48,6 +49,7 @@ func NewPolicySet(limits ...Limit) (*PolicySet, error) {
 		}
 		s.shadow = s.shadow || l.shadow
 		s.hasCost = s.hasCost || l.cost != nil
+		s.hasSlot = s.hasSlot || holdsSlot(l)
 	}
 	s.policy = s.policyField(false)
 	return s, nil
