@@ -45,8 +45,16 @@ var ErrUnknownLimit = errors.New("ratelimit: unknown limit")
 // A report for a concurrency cap (Concurrent) is accepted and ignored: its
 // slot is released when the handler returns, whatever the report.
 //
-// Errors: ErrNoReservation when ctx is not from Limiter.Handler or the
-// request was already settled; ErrUnknownLimit when no limiter of the
+// Only a request charged to a set of limits with a cost function or a
+// concurrency cap (or by a Limiter with WithRefundOnServerError) has a
+// reservation: the middleware
+// keeps no per-request state for the others, whose every limit costs 1
+// and has nothing to settle, so a report to them is an error (or reaches
+// only the enclosing Limiters that have a reservation).
+//
+// Errors: ErrNoReservation when ctx is not from Limiter.Handler (or its
+// Limiters keep no reservation, see above) or the request was already
+// settled; ErrUnknownLimit when no limiter of the
 // request has the name; ErrInvalidRequest when n < 0.
 func ReportUsage(ctx context.Context, limitName string, n int64) error {
 	s, _ := ctx.Value(stateKey{}).(*reqState)
@@ -91,8 +99,8 @@ func ReportUsage(ctx context.Context, limitName string, n int64) error {
 // (clamped by WithReserveClamp), or 1 — and true; or 0 and false when ctx
 // is not from a request admitted by Limiter.Handler, no limiter of the
 // request has that limit, the request was let through without a decision
-// (FailOpen, WithSkipOnKeyError), or the limit is a shadow limit that
-// refused it (and so was not charged). With nested limiters the innermost
+// (FailOpen, WithSkipOnKeyError) or has no reservation (see ReportUsage),
+// or the limit is a shadow limit that refused it (and so was not charged). With nested limiters the innermost
 // one that has the limit answers.
 func Reserved(ctx context.Context, limitName string) (int64, bool) {
 	for s, _ := ctx.Value(stateKey{}).(*reqState); s != nil; s = s.parent {
@@ -164,6 +172,9 @@ func (s *reqState) Value(key any) any {
 }
 
 func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *reqState {
+	if !statesMade.Load() {
+		statesMade.Store(true)
+	}
 	s := &reqState{Context: ctx, lim: l, key: key, set: set}
 	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
 	if p := s.parent; p != nil {
@@ -294,10 +305,11 @@ func (l *Limiter) rewriteFields(s *reqState, was, now Result) {
 		delete(h, "X-Ratelimit-Reset")
 		for i := len(chain) - 1; i >= 0; i-- {
 			if p := chain[i]; p.set != nil && !p.bypassed && p.lim.headers.style&HeadersXRateLimit != 0 {
-				writeXRateLimit(h, resultOf(p.out))
+				pr := resultOf(p.out)
+				writeXRateLimit(h, &pr)
 			}
 		}
-		writeXRateLimit(h, now)
+		writeXRateLimit(h, &now)
 	}
 	for _, o := range w.others {
 		o.WriteHeaders(h, now)
@@ -362,7 +374,20 @@ func (l *Limiter) settle(s *reqState) {
 	if released {
 		l.stats.released.Add(1)
 	}
-	if l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], make([]Decision, n)) != nil {
+	// The decisions are not read: the Limiter's scratch takes them.
+	var out []Decision
+	var sc *scratch
+	if n <= inlineScratch {
+		sc = l.getScratch()
+		out = sc.out[:n]
+	} else {
+		out = make([]Decision, n)
+	}
+	err := l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], out)
+	if sc != nil {
+		l.putScratch(sc)
+	}
+	if err != nil {
 		return // counted and reported by call
 	}
 	if s.earlyReleased == 0 { // else counted by releaseEarly

@@ -199,21 +199,41 @@ func (w *styleWriter) WriteHeaders(h http.Header, res Result) {
 }
 
 // write writes the fields for res, whose limits' RateLimit-Policy value
-// is policy ("" when every limit is left out).
+// is policy ("" when every limit is left out): writeOwn, then the other
+// writers.
+func (w *styleWriter) write(h http.Header, res Result, policy string) {
+	w.writeOwn(h, &res, policy)
+	w.writeOthers(h, res)
+}
+
+// writeOthers writes the fields of the writers beside the style, for a
+// Result with decisions. They may keep res and its decisions.
+func (w *styleWriter) writeOthers(h http.Header, res Result) {
+	if len(res.Decisions) == 0 {
+		return
+	}
+	for _, o := range w.others {
+		o.WriteHeaders(h, res)
+	}
+}
+
+// writeOwn writes the fields of the style for *res (which it does not
+// keep), whose limits' RateLimit-Policy value is policy.
 //
 // Allocations, for the middleware's budget: one string for the RateLimit
 // value (built in a stack buffer) and one []string backing both IETF
-// fields; HeadersXRateLimit adds three strings and one []string. A nested
-// Limiter (fields already present) pays two more strings (the joined
-// values); the RateLimit-Policy value is precomputed (PolicySet.policy).
-func (w *styleWriter) write(h http.Header, res Result, policy string) {
+// fields; HeadersXRateLimit adds one string (the three values, sliced)
+// and one []string. A nested Limiter (fields already present) pays two
+// more strings (the joined values); the RateLimit-Policy value is
+// precomputed (PolicySet.policy).
+func (w *styleWriter) writeOwn(h http.Header, res *Result, policy string) {
 	if len(res.Decisions) == 0 {
 		return
 	}
 	if w.style&HeadersIETF != 0 && policy != "" {
-		policy = calendarPolicy(policy, &res, w.style&HeadersShadow != 0)
+		policy = calendarPolicy(policy, res, w.style&HeadersShadow != 0)
 		var buf [128]byte
-		rl := string(appendRateLimit(buf[:0], &res, w.style&HeadersShadow != 0))
+		rl := string(appendRateLimit(buf[:0], res, w.style&HeadersShadow != 0))
 		if old, oldPolicy := h["Ratelimit"], h["Ratelimit-Policy"]; len(old) > 0 || len(oldPolicy) > 0 {
 			// A Limiter before this one set its members: add ours after
 			// them, in one field line each (RFC 9651 §4.2 would combine
@@ -228,9 +248,6 @@ func (w *styleWriter) write(h http.Header, res Result, policy string) {
 	if w.style&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
 	}
-	for _, o := range w.others {
-		o.WriteHeaders(h, res)
-	}
 }
 
 // overWaitFields returns the Result the fields of a WithMaxWait refusal
@@ -238,15 +255,14 @@ func (w *styleWriter) write(h http.Header, res Result, policy string) {
 // Their Remaining is the room left in the queue, but a slot depends on
 // the queue ahead, not on the cost, so any request of the key would wait
 // too long as well (unless the refund of this one freed enough).
-func overWaitFields(res Result) Result {
-	ds := append([]Decision(nil), res.Decisions...)
-	for i := range ds {
-		if !ds[i].Allowed && !ds[i].Never() {
-			ds[i].Remaining = 0
+func overWaitFields(res *Result) Result {
+	f := res.detached()
+	for i := range f.Decisions {
+		if d := &f.Decisions[i]; !d.Allowed && !d.Never() {
+			d.Remaining = 0
 		}
 	}
-	res.Decisions = ds
-	return res
+	return f
 }
 
 // joinList appends item to the List field lines old, as one line.
@@ -402,10 +418,10 @@ func (l *Limit) effectiveWindow(d *Decision, r int64) time.Duration {
 	switch {
 	case r < max(0, d.Remaining): // capped at q: the sustained rate, q per w
 		return time.Duration(l.wireW) * time.Second
-	case r >= l.Burst(): // full: once r is spent, one interval
+	case r >= l.burstOf(): // full: once r is spent, one interval
 		return d.Reset + micros(ceilDiv(l.scale, l.drain))
 	}
-	return max(0, d.Reset-micros((l.Burst()-r-1)*l.scale/l.drain))
+	return max(0, d.Reset-micros((l.burstOf()-r-1)*l.scale/l.drain))
 }
 
 // appendPolicyName appends l's policyName as an RFC 9651 String. Names
@@ -416,7 +432,7 @@ func appendPolicyName(b []byte, l *Limit) []byte {
 		b = append(b, l.ns...)
 		b = append(b, '/')
 	}
-	b = append(b, l.Name()...)
+	b = append(b, l.nameOf()...)
 	return append(b, '"')
 }
 
@@ -424,7 +440,7 @@ func appendPolicyName(b []byte, l *Limit) []byte {
 // or keeps those a Limiter before this one wrote when they bind across
 // both: the earlier Limiter admitted the request, so a refusal here binds;
 // otherwise the tighter of the two does (tighter).
-func writeXRateLimit(h http.Header, res Result) {
+func writeXRateLimit(h http.Header, res *Result) {
 	d := res.Binding()
 	if d == nil {
 		return
@@ -433,12 +449,12 @@ func writeXRateLimit(h http.Header, res Result) {
 		limit, err1 := strconv.ParseInt(h.Get("X-Ratelimit-Limit"), 10, 64)
 		remaining, err2 := strconv.ParseInt(h.Get("X-Ratelimit-Remaining"), 10, 64)
 		if err1 == nil && err2 == nil && limit > 0 &&
-			!fractionBelow(d.Remaining, d.Limit.Burst(), remaining, limit) {
+			!fractionBelow(d.Remaining, d.Limit.burstOf(), remaining, limit) {
 			return
 		}
 	}
 	vs := []string{
-		strconv.FormatInt(d.Limit.Burst(), 10),
+		strconv.FormatInt(d.Limit.burstOf(), 10),
 		strconv.FormatInt(max(0, d.Remaining), 10),
 		strconv.FormatInt(ceilSeconds(d.Reset), 10),
 	}
@@ -484,7 +500,7 @@ func retryAfterSeconds(d time.Duration) int64 { return max(1, ceilSeconds(d)) }
 // than b: a.Remaining/a.Burst < b.Remaining/b.Burst, compared exactly in
 // 128 bits.
 func tighter(a, b *Decision) bool {
-	return fractionBelow(a.Remaining, a.Limit.Burst(), b.Remaining, b.Limit.Burst())
+	return fractionBelow(a.Remaining, a.Limit.burstOf(), b.Remaining, b.Limit.burstOf())
 }
 
 // fractionBelow reports whether ra/ba < rb/bb for capacities ba, bb > 0

@@ -48,6 +48,27 @@ func (s *recordingStore) Take(ctx context.Context, reqs []ratelimit.Request, out
 	return s.Store.Take(ctx, reqs, out)
 }
 
+// TakeOne counts a take like Take, and goes through the inner store's
+// TakeOne when it has one (store/memory), so that the tests cover the
+// Limiter's single-request path; otherwise through its Take.
+func (s *recordingStore) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	s.mu.Lock()
+	s.takes++
+	s.mu.Unlock()
+	if one, ok := s.Store.(ratelimit.SingleTaker); ok {
+		return one.TakeOne(ctx, r)
+	}
+	out := make([]ratelimit.Decision, 1)
+	err := s.Store.Take(ctx, []ratelimit.Request{r}, out)
+	return out[0], err
+}
+
+// NonBlocking forwards the inner store's answer, false if it has none.
+func (s *recordingStore) NonBlocking() bool {
+	nb, ok := s.Store.(ratelimit.NonBlocking)
+	return ok && nb.NonBlocking()
+}
+
 func (s *recordingStore) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	s.mu.Lock()
 	s.adjusts = append(s.adjusts, adjustCall{Reqs: append([]ratelimit.Request(nil), reqs...), CtxErr: ctx.Err()})

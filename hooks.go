@@ -18,6 +18,9 @@ type Hooks struct {
 	// (its reservation refunded). res.ShadowLimited() tells whether a
 	// shadow limit would have refused the request. Requests without a
 	// decision (store failures, key errors) go to OnBypass or nowhere.
+	// res.Decisions is the hook's own copy (one allocation per decision:
+	// without OnDecision, Limiter.Take and the middleware keep the
+	// decisions off the heap).
 	OnDecision func(ctx context.Context, res Result)
 	// OnStoreError is called for every failed store call (Take, Adjust,
 	// settlement, Reservation.Cancel, the WithMaxWait refund), timeouts

@@ -296,6 +296,23 @@ func (l Limit) Name() string {
 	return l.name
 }
 
+// nameOf and burstOf are Name and Burst for the hot paths: a pointer
+// receiver reads a field or two, where the value receivers of the
+// exported accessors copy the whole Limit at every call.
+func (l *Limit) nameOf() string {
+	if l.name == "" {
+		return string(l.unit)
+	}
+	return l.name
+}
+
+func (l *Limit) burstOf() int64 {
+	if l.burst == 0 {
+		return l.quota
+	}
+	return l.burst
+}
+
 // Quota returns the number of units granted per Period.
 func (l Limit) Quota() int64 { return l.quota }
 

@@ -5,25 +5,32 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Limiter enforces a set of limits on HTTP requests (Handler) or on any
 // keyed event (Take). It is safe for concurrent use; its configuration is
 // fixed by New.
 type Limiter struct {
-	store   Store
-	limits  []Limit // Decisions point into this slice
-	key     KeyFunc
-	headers *styleWriter
-	failure FailureMode
-	timeout time.Duration
-	reject  RejectHandler
-	keyErr  func(w http.ResponseWriter, r *http.Request, err error)
-	skipKey bool
-	hooks   Hooks
-	stats   counters
+	store Store
+	one   SingleTaker // store, when it is one: the single-limit path
+	// nonBlocking: the store cannot block (NonBlocking), so its calls get
+	// no store timeout.
+	nonBlocking bool
+	scratch     sync.Pool // of *scratch: the slices of decide's store calls
+	limits      []Limit   // Decisions point into this slice
+	key         KeyFunc
+	headers     *styleWriter
+	failure     FailureMode
+	timeout     time.Duration
+	reject      RejectHandler
+	keyErr      func(w http.ResponseWriter, r *http.Request, err error)
+	skipKey     bool
+	hooks       Hooks
+	stats       counters
 
 	set                 *PolicySet // the WithLimits set (l.limits); nil with WithLimitsFunc alone
 	limitsFunc          LimitsFunc
@@ -128,6 +135,10 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
 	}
+	l.one, _ = store.(SingleTaker)
+	if nb, ok := store.(NonBlocking); ok {
+		l.nonBlocking = nb.NonBlocking()
+	}
 	if !c.alertOff {
 		l.alert = &storeAlert{logger: c.alertLogger, interval: c.alertInterval, mode: c.failure}
 		if l.alert.interval == 0 {
@@ -209,8 +220,47 @@ type Stats struct {
 }
 
 type counters struct {
-	allowed, limited, tooLarge, bypassed, storeErrors, keyErrors, costErrors, settled atomic.Uint64
-	shadowLimited, released, planErrors                                               atomic.Uint64
+	// allowed and limited change with every decision: striped, so that
+	// goroutines deciding at once on other cores do not contend for one
+	// cache line (a shared atomic costs more than the rest of Take).
+	allowed, limited                                                stripedCounter
+	tooLarge, bypassed, storeErrors, keyErrors, costErrors, settled atomic.Uint64
+	shadowLimited, released, planErrors                             atomic.Uint64
+}
+
+// counterStripes is the number of stripes of a stripedCounter.
+const counterStripes = 8
+
+// stripedCounter is a counter that many goroutines add to at once: each
+// Add goes to one of its stripes, each on its own cache line, chosen by
+// the address of the adding goroutine's stack (goroutines have distinct
+// stacks, and a goroutine keeps its stripe while its stack does not
+// move), and Load sums the stripes. Reading it while others add sees
+// each stripe atomically, not one snapshot of the sum, as with the other
+// counters of Stats.
+type stripedCounter struct {
+	stripes [counterStripes]struct {
+		n atomic.Uint64
+		_ [56]byte // pad to 64 bytes, a cache line
+	}
+}
+
+// Add1 adds 1.
+func (c *stripedCounter) Add1() {
+	var probe byte
+	// Only the address's value is used, never dereferenced: probe stays
+	// on the stack. Stacks are at least 8 KiB apart.
+	i := uintptr(unsafe.Pointer(&probe)) >> 13 % counterStripes
+	c.stripes[i].n.Add(1)
+}
+
+// Load returns the sum of the stripes.
+func (c *stripedCounter) Load() uint64 {
+	var n uint64
+	for i := range c.stripes {
+		n += c.stripes[i].n.Load()
+	}
+	return n
 }
 
 // Stats returns the Limiter's counters.
@@ -235,7 +285,7 @@ func (l *Limiter) Stats() Stats {
 // index returns the position of the limit named name, or -1.
 func (l *Limiter) index(name string) int {
 	for i := range l.limits {
-		if l.limits[i].Name() == name {
+		if l.limits[i].nameOf() == name {
 			return i
 		}
 	}
@@ -252,19 +302,21 @@ func (l *Limiter) bypass(ctx context.Context, reason error) {
 
 // record counts the final decision on one request in Stats and reports it
 // to Hooks.OnDecision: once per decided request.
-func (l *Limiter) record(ctx context.Context, res Result) {
+func (l *Limiter) record(ctx context.Context, res *Result) {
 	switch {
 	case res.Allowed:
-		l.stats.allowed.Add(1)
-		if res.ShadowLimited() {
+		l.stats.allowed.Add1()
+		if shadowLimited(res.Decisions) {
 			l.stats.shadowLimited.Add(1)
 		}
 	case res.tooLarge():
 		l.stats.tooLarge.Add(1)
 	default:
-		l.stats.limited.Add(1)
+		l.stats.limited.Add1()
 	}
 	if l.hooks.OnDecision != nil {
-		l.hooks.OnDecision(ctx, res)
+		// A copy of the decisions: the hook may keep them, and res's may
+		// live in the caller's frame (Take, serveLight).
+		l.hooks.OnDecision(ctx, res.detached())
 	}
 }

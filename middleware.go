@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -89,6 +90,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 		set = l.bind(set)
 	}
+	if !l.needsState(set) {
+		l.serveLight(w, r, next, key, set)
+		return
+	}
 	s := l.newState(ctx, key, set)
 	for i := range set.limits {
 		lim := &set.limits[i]
@@ -133,26 +138,19 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	if overWait {
 		res = l.refundOverMaxWait(ctx, key, s.costs, res)
 	}
-	l.record(ctx, res)
+	l.record(ctx, &res)
 
 	if !res.Allowed {
 		// What the client is told: the true wait plus jitter, from here on.
 		res.RetryAfter = l.jitter.apply(res.RetryAfter)
 	}
 	if overWait {
-		l.headers.write(w.Header(), overWaitFields(res), set.policy)
+		l.headers.write(w.Header(), overWaitFields(&res), set.policy)
 	} else {
 		l.headers.write(w.Header(), res, set.policy)
 	}
 	if !res.Allowed {
-		status := http.StatusTooManyRequests // a WithMaxWait refusal
-		if !overWait {
-			status = l.refusalStatus(res)
-		}
-		if !res.tooLarge() {
-			w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.RetryAfter)))
-		}
-		l.reject(w, r, Rejection{Result: res, Status: status, Costs: s.costs})
+		l.refuse(w, r, &res, overWait, s.costs)
 		return
 	}
 	// Settle on every exit path: a deferred call runs when next returns,
@@ -179,14 +177,144 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	s.returned = true
 }
 
+// needsState reports whether a request charged to set needs its reqState:
+// when a limit has a cost function (ReportUsage, Reserved, the release of
+// a failed call) or is a concurrency cap (its slot returns when the
+// handler does), or a failed call's status may refund every limit
+// (WithRefundOnServerError). Every other request takes serveLight, which
+// allocates no state, does not copy the request and watches no status.
+func (l *Limiter) needsState(set *PolicySet) bool {
+	return set.hasCost || set.hasSlot || l.refundOnServerError
+}
+
+// serveLight is serve for a request whose set needs no state (needsState):
+// each limit costs 1, nothing is settled after the handler, and the
+// decisions live in this frame. The handler gets r itself.
+func (l *Limiter) serveLight(w http.ResponseWriter, r *http.Request, next http.Handler, key string, set *PolicySet) {
+	ctx := r.Context()
+	if statesMade.Load() {
+		l.markNested(ctx)
+	}
+	var ds [inlineDecisions]Decision
+	res, err := l.decide(ctx, key, set.limits, nil, ds[:])
+	if err != nil {
+		if ctx.Err() != nil {
+			writeEnded(w)
+			return
+		}
+		if l.alert != nil {
+			l.alert.decided()
+		}
+		if l.failure == FailOpen {
+			l.bypass(ctx, err)
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		l.reject(w, r, Rejection{Result: Result{RetryAfter: time.Second}, Status: http.StatusServiceUnavailable, Err: err})
+		return
+	}
+
+	overWait := res.Allowed && l.maxWaitSet && res.Delay > l.maxWait
+	if overWait {
+		res = l.refundOverMaxWait(ctx, key, ones(len(set.limits)), res)
+	}
+	l.record(ctx, &res)
+
+	if !res.Allowed {
+		// What the client is told: the true wait plus jitter, from here on.
+		res.RetryAfter = l.jitter.apply(res.RetryAfter)
+	}
+	h := w.Header()
+	fields := &res
+	if overWait {
+		f := overWaitFields(&res)
+		fields = &f
+	}
+	l.headers.writeOwn(h, fields, set.policy)
+	if len(l.headers.others) > 0 {
+		l.headers.writeOthers(h, fields.detached())
+	}
+	if !res.Allowed {
+		l.refuse(w, r, &res, overWait, ones(len(set.limits)))
+		return
+	}
+	if res.Delay > 0 && l.sleep(ctx, res.Delay) != nil {
+		// The request ended while queued: it never runs, so refund its
+		// reservation (it was charged), as settle would.
+		l.refundQueued(ctx, key, &res)
+		// Its slot was Delay away: a retry should not come sooner.
+		w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.Delay)))
+		writeEnded(w)
+		return
+	}
+	next.ServeHTTP(w, r)
+}
+
+// statesMade is set once any Limiter in the process has made a reqState
+// (newState): until then no request's context can hold one, and
+// serveLight need not look for it.
+var statesMade atomic.Bool
+
+// markNested tells the reqState of an enclosing Limiter in ctx, if any,
+// that a Limiter inside it wrote fields after its own (see releaseEarly).
+func (l *Limiter) markNested(ctx context.Context) {
+	if p, _ := ctx.Value(stateKey{}).(*reqState); p != nil {
+		p.mu.Lock()
+		p.nested = true
+		p.mu.Unlock()
+	}
+}
+
+// refuse answers a refused request: Retry-After unless waiting cannot
+// help, then the RejectHandler with the status of the refusal (429 for a
+// WithMaxWait refusal, overWait). res's decisions are copied for it.
+func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, res *Result, overWait bool, costs []int64) {
+	status := http.StatusTooManyRequests // a WithMaxWait refusal
+	if !overWait {
+		status = l.refusalStatus(res)
+	}
+	if !res.tooLarge() {
+		w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.RetryAfter)))
+	}
+	l.reject(w, r, Rejection{Result: res.detached(), Status: status, Costs: append([]int64(nil), costs...)})
+}
+
+// refundQueued refunds the unit that each admitting limit of res charged
+// to key, for a request of serveLight that ended while queued: settle's
+// refund for a request whose state has all its reports cleared.
+func (l *Limiter) refundQueued(ctx context.Context, key string, res *Result) {
+	reqs := make([]Request, 0, len(res.Decisions))
+	for i := range res.Decisions {
+		if d := &res.Decisions[i]; d.Allowed {
+			reqs = append(reqs, Request{Key: key, Limit: d.Limit, Cost: -1, At: d.At})
+		}
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	if l.call(context.WithoutCancel(ctx), OpAdjust, reqs, make([]Decision, len(reqs))) == nil {
+		l.stats.settled.Add(1)
+	}
+}
+
+// ones returns n costs of 1: the costs of a request of serveLight.
+func ones(n int) []int64 {
+	c := make([]int64, n)
+	for i := range c {
+		c[i] = 1
+	}
+	return c
+}
+
 // reserve returns the cost to reserve on l for an estimate of cost, after
 // WithReserveClamp.
 func (l *Limiter) reserve(lim *Limit, cost int64) int64 {
-	if l.clampPPM == 0 || lim.cost == nil || cost > lim.Burst() {
+	if l.clampPPM == 0 || lim.cost == nil || cost > lim.burstOf() {
 		return cost
 	}
 	// Burst × ppm / 10^6 in 128 bits: Burst < 2^51 and ppm ≤ 10^6 < 2^20.
-	hi, lo := bits.Mul64(uint64(lim.Burst()), uint64(l.clampPPM))
+	hi, lo := bits.Mul64(uint64(lim.burstOf()), uint64(l.clampPPM))
 	q, _ := bits.Div64(hi, lo, 1_000_000)
 	return min(cost, max(1, int64(q)))
 }
@@ -194,7 +322,7 @@ func (l *Limiter) reserve(lim *Limit, cost int64) int64 {
 // refusalStatus returns the status of a refusal res: 413 when it can never
 // fit, the WithQuotaExhaustedStatus status when its binding limit is long,
 // else 429.
-func (l *Limiter) refusalStatus(res Result) int {
+func (l *Limiter) refusalStatus(res *Result) int {
 	if res.tooLarge() {
 		return http.StatusRequestEntityTooLarge
 	}

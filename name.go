@@ -94,7 +94,7 @@ func (l *Limiter) bind(set *PolicySet) *PolicySet {
 // boundSet returns a copy of set with l's namespace (WithName) and the
 // RateLimit-Policy value of l's header style.
 func (l *Limiter) boundSet(set *PolicySet) *PolicySet {
-	b := &PolicySet{limits: make([]Limit, len(set.limits)), shadow: set.shadow, hasCost: set.hasCost}
+	b := &PolicySet{limits: make([]Limit, len(set.limits)), shadow: set.shadow, hasCost: set.hasCost, hasSlot: set.hasSlot}
 	for i := range set.limits {
 		b.limits[i] = set.limits[i].inNamespace(l.name)
 	}

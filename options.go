@@ -185,7 +185,8 @@ func WithFailureMode(m FailureMode) Option {
 // WithStoreTimeout sets the deadline of each store call (default
 // DefaultStoreTimeout, 50ms). It must be positive. A call that misses it
 // counts as a store failure and the failure mode applies, so no request
-// waits on a dead store for longer than d.
+// waits on a dead store for longer than d. A store that cannot block
+// (NonBlocking, such as store/memory) is called without it.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {

@@ -24,6 +24,7 @@ type PolicySet struct {
 	policy  string  // the RateLimit-Policy value (HeadersIETF, no shadow limits)
 	shadow  bool    // some limit is a shadow limit
 	hasCost bool    // some limit has a cost function
+	hasSlot bool    // some limit is a concurrency cap (holdsSlot)
 }
 
 // NewPolicySet validates limits and returns them as a set: there must be at
@@ -48,6 +49,7 @@ func NewPolicySet(limits ...Limit) (*PolicySet, error) {
 		}
 		s.shadow = s.shadow || l.shadow
 		s.hasCost = s.hasCost || l.cost != nil
+		s.hasSlot = s.hasSlot || holdsSlot(l)
 	}
 	s.policy = s.policyField(false)
 	return s, nil
@@ -69,7 +71,7 @@ func (s *PolicySet) Limits() []Limit { return append([]Limit(nil), s.limits...) 
 // index returns the position of the limit named name, or -1.
 func (s *PolicySet) index(name string) int {
 	for i := range s.limits {
-		if s.limits[i].Name() == name {
+		if s.limits[i].nameOf() == name {
 			return i
 		}
 	}

@@ -61,9 +61,13 @@ func (r Result) Binding() *Decision {
 
 // ShadowLimited reports whether a shadow limit (Limit.Shadow) refused the
 // request: a refusal that enforcing the limit would have caused.
-func (r Result) ShadowLimited() bool {
-	for i := range r.Decisions {
-		if d := &r.Decisions[i]; !d.Allowed && d.Limit != nil && d.Limit.shadow {
+func (r Result) ShadowLimited() bool { return shadowLimited(r.Decisions) }
+
+// shadowLimited is ShadowLimited for the decisions ds, without a copy of
+// a Result.
+func shadowLimited(ds []Decision) bool {
+	for i := range ds {
+		if d := &ds[i]; !d.Allowed && d.Limit != nil && d.Limit.shadow {
 			return true
 		}
 	}
@@ -95,6 +99,30 @@ func resultOf(ds []Decision) Result {
 		res.Delay = 0
 	}
 	return res
+}
+
+// resultOne is resultOf for the one decision ds[0], small enough to be
+// inlined: the Result is then built where the caller holds it, not
+// copied out of a call.
+func resultOne(ds []Decision) Result {
+	d := &ds[0]
+	switch {
+	case d.Limit != nil && d.Limit.shadow:
+		return Result{Allowed: true, Decisions: ds}
+	case d.Allowed:
+		return Result{Allowed: true, Decisions: ds, Delay: max(0, d.Delay)}
+	case d.Never():
+		return Result{Decisions: ds, RetryAfter: RetryNever}
+	}
+	return Result{Decisions: ds, RetryAfter: max(0, d.RetryAfter)}
+}
+
+// detached returns a copy of *r with its own copy of the decisions, for
+// code that may keep them (hooks, HeaderWriters, RejectHandlers): r's may
+// live in the frame of Limiter.Take's caller or of the middleware.
+func (r *Result) detached() Result {
+	return Result{Allowed: r.Allowed, Decisions: append([]Decision(nil), r.Decisions...),
+		RetryAfter: r.RetryAfter, Delay: r.Delay, Bypassed: r.Bypassed}
 }
 
 // tooLarge reports whether a refusal can never be admitted.

@@ -84,7 +84,8 @@ type Store interface {
 	// at least len(reqs). A non-nil error (a malformed request wrapping
 	// ErrInvalidRequest, a context deadline, a store failure) means no
 	// decision was made and, when the store can know it, nothing was
-	// charged.
+	// charged. A store keeps neither slice and writes nothing to out
+	// once it has returned: the Limiter reuses them for other calls.
 	Take(ctx context.Context, reqs []Request, out []Decision) error
 
 	// Adjust charges (Cost > 0) or refunds (Cost < 0) usage without a
@@ -157,3 +158,28 @@ type State struct {
 // Micros converts t to microseconds since the Unix epoch, the time unit of
 // State and of the stores.
 func Micros(t time.Time) int64 { return t.UnixMicro() }
+
+// SingleTaker is an optional interface of a Store: TakeOne decides one
+// request exactly as Take(ctx, []Request{r}, out) would (the same checks,
+// the same errors, the same Decision), but takes and returns values. The
+// Limiter calls it for a request of one limit (Limiter.Take and the
+// middleware), so that no slice crosses the interface: a slice passed
+// through an interface method escapes, which costs an allocation per call
+// unless the caller keeps scratch. store/memory implements it. A wrapper
+// store should implement it only when the store it wraps does.
+type SingleTaker interface {
+	TakeOne(ctx context.Context, r Request) (Decision, error)
+}
+
+// NonBlocking is an optional interface of a Store. NonBlocking returning
+// true promises that Take and Adjust never wait for anything but a short
+// in-process lock (no I/O, no network, no sleep), so that a deadline can
+// never interrupt them: the Limiter then calls the store with the caller's
+// context as is, without the store timeout (WithStoreTimeout) and the
+// timer of a context.WithTimeout per call. A store that checks ctx.Err
+// on entry still sees the caller's cancellation. store/memory implements
+// it; a wrapper store should forward the answer of the store it wraps
+// (false when it adds a wait of its own).
+type NonBlocking interface {
+	NonBlocking() bool
+}

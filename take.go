@@ -109,12 +109,12 @@ func (l *Limiter) retakeAdmitting(ctx context.Context, reqs []Request, out []Dec
 
 // call makes one store call, op, with the store timeout; classifies,
 // counts and reports its failure (storeError); and reports the call to
-// Hooks.OnStoreCall. Every store call of the Limiter goes through here.
+// Hooks.OnStoreCall. Every store call of the Limiter goes through here or
+// through callOne.
 func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []Decision) error {
-	hook := l.hooks.OnStoreCall
-	tctx, cancel := context.WithTimeout(ctx, l.timeout)
+	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
-	if hook != nil {
+	if l.hooks.OnStoreCall != nil {
 		start = l.now()
 	}
 	var err error
@@ -123,6 +123,44 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 	} else {
 		err = l.store.Adjust(tctx, reqs, out)
 	}
+	return l.called(ctx, tctx, cancel, op, len(reqs), start, err)
+}
+
+// callOne is call for a Take of the one request r, through the store's
+// SingleTaker (l.one, non-nil), writing the decision to *out: no slice
+// crosses the interface.
+func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
+	tctx, cancel := l.storeContext(ctx)
+	var start time.Time
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	var err error
+	*out, err = l.one.TakeOne(tctx, r)
+	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+		return nil // what called would do, without its call
+	}
+	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
+}
+
+// storeContext returns the context of a store call made with ctx: ctx
+// itself for a store that cannot block (NonBlocking), whose calls no
+// deadline could interrupt, else a child with the store timeout and its
+// cancel function.
+func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if l.nonBlocking {
+		return ctx, nil
+	}
+	return context.WithTimeout(ctx, l.timeout)
+}
+
+// called ends a store call of op on n requests made with tctx (from
+// storeContext(ctx), whose cancel it calls) since start (read only when
+// Hooks.OnStoreCall is set) that returned err: it classifies and reports
+// the failure, or closes the store-failure alert's episode, and reports
+// the call to Hooks.OnStoreCall.
+func (l *Limiter) called(ctx, tctx context.Context, cancel context.CancelFunc, op StoreOp, n int, start time.Time, err error) error {
+	hook := l.hooks.OnStoreCall
 	var d time.Duration
 	if hook != nil {
 		d = max(l.now().Sub(start), 0)
@@ -132,9 +170,11 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 	} else if a := l.alert; a != nil && a.open.Load() {
 		a.log(ctx, a.succeeded(l.now()))
 	}
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	if hook != nil {
-		hook(ctx, StoreCall{Op: op, Requests: len(reqs), Duration: d, Err: err, Store: l.store})
+		hook(ctx, StoreCall{Op: op, Requests: n, Duration: d, Err: err, Store: l.store})
 	}
 	return err
 }
@@ -209,7 +249,21 @@ func (l *Limiter) storeError(ctx, tctx context.Context, op StoreOp, err error) e
 // A slot taken on a concurrency cap (Concurrent) is held until the cap's
 // maximum hold ends: Take returns no handle to release it early. Use
 // Reserve, whose Reservation.Release gives it back.
+//
+// On store/memory, with up to two limits and no Hooks.OnDecision, Take
+// allocates nothing unless the caller keeps the Result beyond its frame
+// (then one allocation holds the decisions).
 func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result, error) {
+	// Small enough to be inlined: the decisions then live in the caller's
+	// frame, and cost no allocation unless the caller keeps the Result.
+	// (takeInto must not store ds through a pointer, or ds escapes.)
+	var ds [inlineDecisions]Decision
+	return l.takeInto(ctx, key, costs, ds[:])
+}
+
+// takeInto is Take, writing the Result's decisions to ds when it is long
+// enough.
+func (l *Limiter) takeInto(ctx context.Context, key string, costs []int64, ds []Decision) (Result, error) {
 	n := len(l.limits)
 	switch {
 	case n == 0:
@@ -219,17 +273,21 @@ func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result,
 	case len(costs) != 0 && len(costs) != n:
 		return Result{}, fmt.Errorf("%w: Take: %d costs for %d limits", ErrInvalidRequest, len(costs), n)
 	}
-	reqs := make([]Request, n)
-	for i := range reqs {
-		cost := int64(1)
-		if len(costs) > 0 {
-			if cost = costs[i]; cost < 0 {
-				return Result{}, fmt.Errorf("%w: Take: negative cost %d for limit %q", ErrInvalidRequest, cost, l.limits[i].Name())
-			}
+	for i, cost := range costs {
+		if cost < 0 {
+			return Result{}, fmt.Errorf("%w: Take: negative cost %d for limit %q", ErrInvalidRequest, cost, l.limits[i].nameOf())
 		}
-		reqs[i] = Request{Key: key, Limit: &l.limits[i], Cost: cost}
 	}
-	res, err := l.take(ctx, reqs, make([]Decision, n))
+	var res Result
+	var err error
+	if n == 1 && l.one != nil && len(ds) > 0 {
+		// decide's single path, without a copy of the Result out of it.
+		if err = l.callOne(ctx, Request{Key: key, Limit: &l.limits[0], Cost: costOf(costs, 0)}, &ds[0]); err == nil {
+			res = resultOne(ds[:1])
+		}
+	} else {
+		res, err = l.decide(ctx, key, l.limits, costs, ds)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return Result{}, err
@@ -243,8 +301,91 @@ func (l *Limiter) Take(ctx context.Context, key string, costs ...int64) (Result,
 		}
 		return Result{RetryAfter: time.Second}, err
 	}
-	l.record(ctx, res)
+	l.record(ctx, &res)
 	return res, nil
+}
+
+// inlineDecisions is the number of decisions that Limiter.Take and the
+// middleware's light path (serveLight) keep in their caller's frame; a
+// request of more limits allocates its decisions.
+const inlineDecisions = 2
+
+// decide asks the store to charge limits (all at once) to key, costs[i]
+// to limits[i] (1 each when costs is empty), as take does. The Result's
+// decisions are written to ds when it is long enough, else to a new
+// slice; nothing else escapes: a request of one limit goes through the
+// store's SingleTaker when it has one, and the slices of a store call are
+// the Limiter's pooled scratch. (The Result is returned, not written
+// through a pointer: a store of ds through a pointer would make it
+// escape.)
+func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) (Result, error) {
+	n := len(limits)
+	if len(ds) < n {
+		ds = make([]Decision, n)
+	}
+	ds = ds[:n]
+	if n == 1 && l.one != nil {
+		if err := l.callOne(ctx, Request{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)}, &ds[0]); err != nil {
+			return Result{}, err
+		}
+		// A lone shadow limit that refused charged nothing, and nothing
+		// else is to be charged: no retake (see take).
+		return resultOne(ds), nil
+	}
+	var sc *scratch
+	var reqs []Request
+	var out []Decision
+	if n <= inlineScratch {
+		sc = l.getScratch()
+		reqs, out = sc.reqs[:n], sc.out[:n]
+	} else {
+		reqs, out = make([]Request, n), make([]Decision, n)
+	}
+	for i := range reqs {
+		reqs[i] = Request{Key: key, Limit: &limits[i], Cost: costOf(costs, i)}
+	}
+	res, err := l.take(ctx, reqs, out)
+	if err == nil {
+		copy(ds, out)
+		res.Decisions = ds
+	}
+	if sc != nil {
+		l.putScratch(sc)
+	}
+	return res, err
+}
+
+// costOf is the cost of limit i: costs[i], or 1 when costs is empty.
+func costOf(costs []int64, i int) int64 {
+	if len(costs) == 0 {
+		return 1
+	}
+	return costs[i]
+}
+
+// scratch holds the slices of a store call of up to inlineScratch
+// requests (more allocate theirs), so that Limiter.Take and the light middleware path allocate
+// none (a slice passed through the Store interface escapes).
+type scratch struct {
+	reqs [inlineScratch]Request
+	out  [inlineScratch]Decision
+}
+
+const inlineScratch = 4
+
+// getScratch returns scratch from the Limiter's pool.
+func (l *Limiter) getScratch() *scratch {
+	if sc, ok := l.scratch.Get().(*scratch); ok {
+		return sc
+	}
+	return new(scratch)
+}
+
+// putScratch returns sc to the pool, its keys and limits cleared so that
+// the pool keeps nothing alive.
+func (l *Limiter) putScratch(sc *scratch) {
+	clear(sc.reqs[:])
+	l.scratch.Put(sc)
 }
 
 // Adjust charges (delta > 0) or refunds (delta < 0) usage of the limit

@@ -104,6 +104,24 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	return nil
 }
 
+// TakeOne implements ratelimit.SingleTaker: it decides r as Take does a
+// call of one request, with the same errors, and allocates nothing when
+// the entry exists (the Limiter calls it for a request of one limit).
+func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	var out [1]ratelimit.Decision
+	if err := check(ctx, (&[1]ratelimit.Request{r})[:], out[:], true); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	s.one(&r, &out[0], true)
+	return out[0], nil
+}
+
+// NonBlocking implements ratelimit.NonBlocking: it returns true, since a
+// decision waits for nothing but a shard's lock (a clock given to
+// WithClock must not block either), so the Limiter calls the store
+// without a store timeout.
+func (s *Store) NonBlocking() bool { return true }
+
 // Adjust implements ratelimit.Store: it charges (Cost > 0) or refunds
 // (Cost < 0) every request without a check, in order. It returns ctx.Err()
 // if ctx is already done, and an error wrapping ratelimit.ErrInvalidRequest
