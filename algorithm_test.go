@@ -68,7 +68,13 @@ func TestGCRAEqualsTokenBucket(t *testing.T) {
 			dgc = gc.TakeAt(&sgc, now, cost)
 			dtb.Limit, dgc.Limit = nil, nil
 			require.Equal(t, dtb, dgc, "%v step %d cost %d", base, step, cost)
-			assert.Zero(t, sgc.Updated, "GCRA keeps one number")
+			// GCRA keeps its TAT and the time of its last change (now),
+			// or nothing once it is full again.
+			if sgc.Level == 0 {
+				assert.Equal(t, State{}, sgc, "a full GCRA state is the zero State")
+			} else {
+				assert.Equal(t, State{Level: sgc.Level, Updated: now}, sgc, "GCRA keeps its TAT and its last change")
+			}
 		}
 	}
 }
