@@ -135,7 +135,9 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 // counts as not having passed. What "last change" is, per algorithm: the
 // Updated time of a bucket and of GCRA, the start of a window, the newest
 // entry of a sliding log. See Limit.ClockStepped for what a store must
-// write.
+// write, and the package documentation (Clocks that step backwards) for
+// several writers whose clocks disagree by more than the tolerance: each
+// alternation between them grants up to rate × skew.
 const ClockStepTolerance = 128 * time.Millisecond
 
 // stepTolUS is ClockStepTolerance in µs.
