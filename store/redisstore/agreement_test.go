@@ -477,3 +477,30 @@ func TestLargeValues(t *testing.T) {
 		require.Equal(t, "", e.stored(e.store.Key("k", huge)))
 	})
 }
+
+// TestGCRALegacyState: a GCRA state written before the script kept its
+// last change ("<tat>" alone) is still read, as the Go State with Updated
+// 0, which cannot see a clock step; the next write adds the last change.
+func TestGCRALegacyState(t *testing.T) {
+	onBoth(t, func(t *testing.T, newEnv func(*testing.T, ...redisstore.Option) *env) {
+		e := newEnv(t)
+		l := limitOf(t, ratelimit.PerSecond(10).WithBurst(50).WithAlgorithm(ratelimit.GCRA)) // T = 100ms
+		now := e.micros()
+		k := e.store.Key("k", l)
+		// TAT 5 s ahead: the burst is spent.
+		tat := now + 5_000_000
+		require.NoError(t, e.client.Set(t.Context(), k, strconv.FormatInt(tat, 10), time.Minute).Err())
+		old := ratelimit.State{Level: tat}
+		want := l.TakeAt(new(old), now, 1)
+		require.Equal(t, want, e.take(req("k", l, 1))[0])
+		require.False(t, want.Allowed)
+		// 100 ms later one cell conforms: TAT = tat + 100ms, dated now.
+		e.advance(100 * time.Millisecond)
+		now = e.micros()
+		st := old
+		want = l.TakeAt(&st, now, 1)
+		require.True(t, want.Allowed)
+		require.Equal(t, want, e.take(req("k", l, 1))[0])
+		require.Equal(t, strconv.FormatInt(tat+100_000, 10)+":"+strconv.FormatInt(now, 10), e.stored(k))
+	})
+}
