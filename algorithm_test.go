@@ -42,7 +42,7 @@ func TestAlgorithmValidation(t *testing.T) {
 		PerMinute(10).WithAlgorithm(FixedWindow).AlignToFirstHit().ID())
 }
 
-// GCRA stores one number but must admit exactly what the token bucket does:
+// GCRA stores its TAT (and its last change) but must admit exactly what the token bucket does:
 // drive both with the same random sequence and compare every decision.
 func TestGCRAEqualsTokenBucket(t *testing.T) {
 	for _, base := range []Limit{PerSecond(10).WithBurst(50), PerMinute(60), PerDay(100_000).WithBurst(20_000), Every(3, 3*time.Microsecond)} {
