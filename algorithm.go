@@ -54,7 +54,12 @@ func (l *Limit) AdjustAt(s *State, now, delta int64) Decision {
 // refunds it, never below empty. Window algorithms credit a refund only to
 // the window that was charged, and drop it once that window has passed, so
 // a refund never creates capacity in a later window. Like TakeAt it
-// updates *s in place and never modifies the elements of s.Log.
+// updates *s in place and never modifies the elements of s.Log. After a
+// clock step backwards (ClockStepTolerance), usage charged before the step
+// has a chargedAt later than now, so it is settled as charged now; usage
+// charged while the clock stood still (behind a window's start by at most
+// the tolerance) carries the clock's time, so a window may take its refund
+// for the previous window's and drop it, which only refuses more.
 func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) (d Decision) {
 	if l.algorithm == Concurrency { // chargedAt names a slot: used as given
 		l.slotsAdjust(s, now, chargedAt, delta, &d)
