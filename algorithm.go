@@ -54,7 +54,12 @@ func (l *Limit) AdjustAt(s *State, now, delta int64) Decision {
 // refunds it, never below empty. Window algorithms credit a refund only to
 // the window that was charged, and drop it once that window has passed, so
 // a refund never creates capacity in a later window. Like TakeAt it
-// updates *s in place and never modifies the elements of s.Log.
+// updates *s in place and never modifies the elements of s.Log. After a
+// clock step backwards (ClockStepTolerance), usage charged before the step
+// has a chargedAt later than now, so it is settled as charged now; usage
+// charged while the clock stood still (behind a window's start by at most
+// the tolerance) carries the clock's time, so a window may take its refund
+// for the previous window's and drop it, which only refuses more.
 func (l *Limit) AdjustFrom(s *State, now, chargedAt, delta int64) (d Decision) {
 	if l.algorithm == Concurrency { // chargedAt names a slot: used as given
 		l.slotsAdjust(s, now, chargedAt, delta, &d)
@@ -114,6 +119,95 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 	}
 }
 
+// ClockStepTolerance is how far a clock may be behind the last change of a
+// state and still be taken for a clock that agrees with it: 128 ms, the
+// step threshold of NTP (RFC 5905, §10 and §11.3: ntpd slews an offset
+// below it and steps a larger one), so the clocks of NTP-disciplined
+// writers agree within it.
+//
+// When the clock reads now and a state was last changed at u > now (the
+// clock stepped back, or another writer's clock is ahead), the algorithms
+// decide as follows. If u − now ≤ ClockStepTolerance, the state stands
+// still: the decision is made as at u, and its RetryAfter, Reset and Delay
+// are lengthened by u − now, so that they stay true by this clock (at most
+// 128 ms more than needed, below Retry-After's resolution of one second).
+// If u − now is larger, it is a step: the state is rebased, its times moved
+// back by the step, so that no capacity is created and the key waits what
+// it would have waited had the clock not stepped (a window limit aligned
+// to the Unix epoch moves back by whole periods, to stay aligned, so it may
+// wait up to one period more). Nothing is created either way; the time
+// that passed between the state's last change and the step is unknown, and
+// counts as not having passed. What "last change" is, per algorithm: the
+// Updated time of a bucket and of GCRA, the start of a window, the newest
+// entry of a sliding log. See Limit.ClockStepped for what a store must
+// write, and the package documentation (Clocks that step backwards) for
+// several writers whose clocks disagree by more than the tolerance: each
+// alternation between them grants up to rate × skew.
+const ClockStepTolerance = 128 * time.Millisecond
+
+// stepTolUS is ClockStepTolerance in µs.
+const stepTolUS = int64(ClockStepTolerance / time.Microsecond)
+
+// stepBack compares now with u, the last change of a state: it returns the
+// time to decide at and the lag to add to the waits told (now, 0) when now
+// ≥ u; (u, u − now) when now is behind by at most the tolerance; and
+// otherwise (now, 0) with shift = u − now > 0, by which the caller moves
+// the state's times back.
+func stepBack(u, now int64) (t, lag, shift int64) {
+	switch {
+	case now >= u:
+		return now, 0, 0
+	case u-now <= stepTolUS:
+		return u, u - now, 0
+	default:
+		return now, 0, u - now
+	}
+}
+
+// addLag lengthens the waits of d, decided lag µs ahead of the clock, so
+// that they are true by the clock.
+func addLag(d *Decision, lag int64) {
+	if lag == 0 {
+		return
+	}
+	if d.RetryAfter > 0 {
+		d.RetryAfter += micros(lag)
+	}
+	if d.Reset > 0 {
+		d.Reset += micros(lag)
+	}
+	if d.Delay > 0 {
+		d.Delay += micros(lag)
+	}
+}
+
+// ClockStepped reports whether the clock at now is more than
+// ClockStepTolerance behind the last change of *s in a way that makes
+// TakeAt and AdjustFrom at now rebase *s (see ClockStepTolerance). It does
+// not modify *s.
+//
+// A store may skip writing the state after a call that charges nothing (a
+// refusal, a peek, an Adjust of 0), since while the clock moves forward
+// the state brought up to date is equivalent to the stored one. A rebase is
+// not: a store must write the state brought to now (TakeAt at now with
+// cost 0 on the stored state) whenever ClockStepped reports true, or a
+// client that waits the RetryAfter it was given would be rebased again,
+// and refused again, by every retry.
+func (l *Limit) ClockStepped(s *State, now int64) bool {
+	switch l.algorithm {
+	case TokenBucket, LeakyBucket, GCRA:
+		return s.Updated-now > stepTolUS
+	case FixedWindow, SlidingWindow:
+		if l.firstHit {
+			return s.Level > 0 && s.Updated-now > stepTolUS
+		}
+		return s.Updated-now > stepTolUS && s.Updated-now >= l.periodUS
+	case SlidingLog:
+		return len(s.Log) > 0 && s.Log[len(s.Log)-1]-now > stepTolUS
+	}
+	return false
+}
+
 // ---- Token bucket, leaky bucket (queue) and GCRA ----
 
 // bucketTake is the token bucket: capacity C = Burst units, refilled
@@ -124,6 +218,7 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 // drained: its slot (the "leaky bucket as a queue" of Tanenbaum, Computer
 // Networks, §5.4).
 func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) {
+	now, lag := bucketStep(s, now)
 	l.drainTo(s, now)
 	switch {
 	case cost > l.Burst():
@@ -138,9 +233,11 @@ func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) {
 		s.Level += cost * l.scale
 	}
 	l.describeBucket(s.Level, d)
+	addLag(d, lag)
 }
 
 func (l *Limit) bucketAdjust(s *State, now, delta int64, d *Decision) {
+	now, lag := bucketStep(s, now)
 	l.drainTo(s, now)
 	switch {
 	case delta > 0:
@@ -157,10 +254,21 @@ func (l *Limit) bucketAdjust(s *State, now, delta int64, d *Decision) {
 		}
 	}
 	l.describeBucket(s.Level, d)
+	addLag(d, lag)
+}
+
+// bucketStep applies ClockStepTolerance to a bucket: it returns the time to
+// decide at and the lag to add to the waits, and rebases a bucket whose
+// clock stepped back (its level is kept, dated now).
+func bucketStep(s *State, now int64) (t, lag int64) {
+	t, lag, shift := stepBack(s.Updated, now)
+	s.Updated -= shift
+	return t, lag
 }
 
 // drainTo brings a bucket forward to now. A clock that moves backwards is
-// treated as standing still, so no capacity is created or lost.
+// treated as standing still, so no capacity is created or lost (bucketStep
+// has already decided what a clock behind the bucket means).
 func (l *Limit) drainTo(s *State, now int64) {
 	if now <= s.Updated {
 		return
@@ -183,23 +291,39 @@ func (l *Limit) describeBucket(level int64, d *Decision) {
 }
 
 // GCRA (ITU-T I.371 "virtual scheduling"; Brandur Leach, "Rate Limiting,
-// Cells, and GCRA", 2015) keeps one number per key, the theoretical arrival
-// time TAT. With emission interval T = Period/Quota and tolerance
-// τ = Burst×T, a cost c is admitted iff max(TAT, now) + c×T − now ≤ τ, and
-// then TAT = max(TAT, now) + c×T. That is the token bucket with
+// Cells, and GCRA", 2015) keeps the theoretical arrival time TAT. With
+// emission interval T = Period/Quota and tolerance τ = Burst×T, a cost c is
+// admitted iff max(TAT, now) + c×T − now ≤ τ, and then
+// TAT = max(TAT, now) + c×T. That is the token bucket with
 // Level = max(0, TAT − now) (T being a whole number of microseconds, which
-// New checks for GCRA), so the two admit exactly the same requests; GCRA
-// stores one integer instead of two.
+// New checks for GCRA), so the two admit exactly the same requests. The TAT
+// alone cannot tell a clock that stepped back from a key in debt, so the
+// state keeps the time of its last change too (Updated; 0 in a state
+// written before it was kept, which then cannot see a step), and a GCRA
+// state that is full again is the zero State.
 func (l *Limit) gcraTake(s *State, now, cost int64, d *Decision) {
+	now, lag := gcraStep(s, now)
 	gcraToBucket(s, now)
 	l.bucketTake(s, now, cost, d)
 	gcraFromBucket(s, now)
+	addLag(d, lag)
 }
 
 func (l *Limit) gcraAdjust(s *State, now, delta int64, d *Decision) {
+	now, lag := gcraStep(s, now)
 	gcraToBucket(s, now)
 	l.bucketAdjust(s, now, delta, d)
 	gcraFromBucket(s, now)
+	addLag(d, lag)
+}
+
+// gcraStep is bucketStep for a GCRA state: a rebase moves the TAT back by
+// the step.
+func gcraStep(s *State, now int64) (t, lag int64) {
+	t, lag, shift := stepBack(s.Updated, now)
+	s.Level -= shift
+	s.Updated -= shift
+	return t, lag
 }
 
 // gcraToBucket turns a GCRA state into the equivalent bucket at now.
@@ -213,7 +337,7 @@ func gcraFromBucket(s *State, now int64) {
 		*s = State{}
 		return
 	}
-	*s = State{Level: now + s.Level}
+	*s = State{Level: now + s.Level, Updated: now}
 }
 
 // ---- Fixed window and sliding-window counter ----
@@ -234,6 +358,32 @@ func (l *Limit) windowStart(s *State, now int64) int64 {
 		return now
 	}
 	return max(now-now%p, s.Updated)
+}
+
+// windowStep applies ClockStepTolerance to a window, whose last change is
+// taken to be its start (the latest time the state knows to have passed).
+// Decisions about a window are made in absolute times (its end, the weight
+// of the previous window), so a clock behind the window's start needs no
+// lag: the state stays in the stored window, which is the effective time
+// at the start, and every wait is told to the window's end by this clock.
+// A step larger than the tolerance moves the window back, so that it ends
+// no earlier than it would have without the step (no capacity is created)
+// and a step does not lock the key out for its length: a window aligned to
+// the first hit opens at now; one aligned to the Unix epoch moves back by
+// the largest whole number of periods that keeps its start at or after
+// now, to stay aligned (so the key may wait up to one period more than
+// without the step). An empty first-hit window is no window, and is left
+// to windowStart.
+func (l *Limit) windowStep(s *State, now int64) {
+	if l.firstHit && s.Level == 0 {
+		return
+	}
+	_, _, shift := stepBack(s.Updated, now)
+	if l.firstHit {
+		s.Updated -= shift
+	} else {
+		s.Updated -= shift / l.periodUS * l.periodUS
+	}
 }
 
 // roll moves a window state to the window starting at w.
@@ -261,6 +411,7 @@ func (l *Limit) roll(s *State, w int64) {
 // prev×(P−e)/P + cur + cost ≤ Quota is evaluated exactly as
 // prev×(P−e) + (cur+cost)×P ≤ Quota×P.
 func (l *Limit) windowTake(s *State, now, cost int64, d *Decision) {
+	l.windowStep(s, now)
 	l.roll(s, l.windowStart(s, now))
 	switch {
 	case cost > l.quota:
@@ -330,6 +481,7 @@ func (l *Limit) describeWindow(s *State, now int64, d *Decision) {
 // window that has passed is no longer counted, so a refund for it is
 // dropped and an overage is charged to the current window.
 func (l *Limit) windowAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
+	l.windowStep(s, now)
 	l.roll(s, l.windowStart(s, now))
 	p := l.periodUS
 	cw := chargedAt - chargedAt%p
@@ -362,7 +514,7 @@ func clamp(v, lo, hi int64) int64 { return min(max(v, lo), hi) }
 // units admitted in the last Period, plus cost, are at most Quota: exact,
 // at O(Quota) memory per key (Quota is bounded by MaxLogQuota).
 func (l *Limit) logTake(s *State, now, cost int64, d *Decision) {
-	s.Log = l.logLive(s.Log, now)
+	s.Log = l.logLive(logStep(s.Log, now))
 	switch {
 	case cost > l.quota:
 		d.RetryAfter = RetryNever
@@ -378,7 +530,7 @@ func (l *Limit) logTake(s *State, now, cost int64, d *Decision) {
 }
 
 func (l *Limit) logAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
-	s.Log = l.logLive(s.Log, now)
+	s.Log = l.logLive(logStep(s.Log, now))
 	switch {
 	case delta > 0:
 		s.Log = logAppend(s.Log, now, min(delta, 2*l.quota-int64(len(s.Log))))
@@ -393,6 +545,29 @@ func (l *Limit) logAdjust(s *State, now, chargedAt, delta int64, d *Decision) {
 		s.Log = s.Log[:n:n]
 	}
 	l.describeLog(s, now, d)
+}
+
+// logStep applies ClockStepTolerance to a log, whose last change is its
+// newest entry: it returns the log and the time at which entries expire. A
+// step larger than the tolerance moves every entry back by the step (in a
+// new slice), so the newest is dated now. Behind by less, entries expire as
+// at the newest one; the waits told need no lag, being absolute times (when
+// an entry leaves the window), and new entries are dated no earlier than
+// the newest (logAppend).
+func logStep(log []int64, now int64) ([]int64, int64) {
+	n := len(log)
+	if n == 0 {
+		return log, now
+	}
+	t, _, shift := stepBack(log[n-1], now)
+	if shift == 0 {
+		return log, t
+	}
+	out := make([]int64, n)
+	for i, e := range log {
+		out[i] = e - shift
+	}
+	return out, now
 }
 
 // logLive drops the entries that have left the window: an entry admitted at

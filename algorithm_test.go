@@ -42,7 +42,7 @@ func TestAlgorithmValidation(t *testing.T) {
 		PerMinute(10).WithAlgorithm(FixedWindow).AlignToFirstHit().ID())
 }
 
-// GCRA stores one number but must admit exactly what the token bucket does:
+// GCRA stores its TAT (and its last change) but must admit exactly what the token bucket does:
 // drive both with the same random sequence and compare every decision.
 func TestGCRAEqualsTokenBucket(t *testing.T) {
 	for _, base := range []Limit{PerSecond(10).WithBurst(50), PerMinute(60), PerDay(100_000).WithBurst(20_000), Every(3, 3*time.Microsecond)} {
@@ -68,7 +68,13 @@ func TestGCRAEqualsTokenBucket(t *testing.T) {
 			dgc = gc.TakeAt(&sgc, now, cost)
 			dtb.Limit, dgc.Limit = nil, nil
 			require.Equal(t, dtb, dgc, "%v step %d cost %d", base, step, cost)
-			assert.Zero(t, sgc.Updated, "GCRA keeps one number")
+			// GCRA keeps its TAT and the time of its last change (now),
+			// or nothing once it is full again.
+			if sgc.Level == 0 {
+				assert.Equal(t, State{}, sgc, "a full GCRA state is the zero State")
+			} else {
+				assert.Equal(t, State{Level: sgc.Level, Updated: now}, sgc, "GCRA keeps its TAT and its last change")
+			}
 		}
 	}
 }
@@ -351,5 +357,52 @@ func TestExpiresAtMeansForgettable(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestClockStepped: ClockStepped reports exactly the states TakeAt
+// rebases: more than ClockStepTolerance (128 ms) behind a bucket's or
+// GCRA's last change or a log's newest entry; for a window, behind its
+// start by more than the tolerance and, aligned to the epoch, by at least
+// a period (it moves by whole periods); an empty first-hit window is no
+// window.
+func TestClockStepped(t *testing.T) {
+	const u = int64(1_767_225_600_000_000) // a whole minute
+	tol := ClockStepTolerance.Microseconds()
+	minute := PerMinute(60)
+	cases := []struct {
+		name string
+		l    Limit
+		s    State
+		now  int64
+		want bool
+	}{
+		{"bucket at its last change", minute, State{Level: 1, Updated: u}, u, false},
+		{"bucket, behind by the tolerance", minute, State{Level: 1, Updated: u}, u - tol, false},
+		{"bucket, behind by 1µs more", minute, State{Level: 1, Updated: u}, u - tol - 1, true},
+		{"GCRA, behind by 1µs more", minute.WithAlgorithm(GCRA), State{Level: u + 1, Updated: u}, u - tol - 1, true},
+		{"GCRA written without its last change", minute.WithAlgorithm(GCRA), State{Level: u + 1}, 0, false},
+		{"log, behind its newest entry by more", minute.WithAlgorithm(SlidingLog), State{Log: []int64{u - 5, u}}, u - tol - 1, true},
+		{"empty log", minute.WithAlgorithm(SlidingLog), State{}, 0, false},
+		{"window, behind its start by less than a period", minute.WithAlgorithm(FixedWindow), State{Level: 1, Updated: u}, u - 59_999_999, false},
+		{"window, behind its start by a period", minute.WithAlgorithm(FixedWindow), State{Level: 1, Updated: u}, u - 60_000_000, true},
+		{"sliding window, empty but for its previous count", minute.WithAlgorithm(SlidingWindow), State{Updated: u, Prev: 3}, u - 60_000_000, true},
+		{"first-hit window, behind by more", minute.WithAlgorithm(FixedWindow).AlignToFirstHit(), State{Level: 1, Updated: u}, u - tol - 1, true},
+		{"first-hit window counting nothing", minute.WithAlgorithm(FixedWindow).AlignToFirstHit(), State{Updated: u}, u - tol - 1, false},
+	}
+	for _, c := range cases {
+		s := c.s
+		assert.Equal(t, c.want, c.l.ClockStepped(&s, c.now), c.name)
+		// TakeAt rebases (changes the state's times) exactly then.
+		before := c.s
+		c.l.TakeAt(&s, c.now, 0)
+		moved := s.Updated < before.Updated || (len(before.Log) > 0 && len(s.Log) > 0 && s.Log[len(s.Log)-1] < before.Log[len(before.Log)-1])
+		switch {
+		case c.l.Algorithm() == GCRA && s.Level == 0:
+			moved = before.Updated != 0 && c.now < before.Updated-tol
+		case c.l.AlignsToFirstHit() && before.Level == 0:
+			moved = false // no window: a peek rolls to now, which is no rebase
+		}
+		assert.Equal(t, c.want, moved, "%s: TakeAt rebased", c.name)
 	}
 }

@@ -65,6 +65,50 @@
 // answers its refusals with 402 Payment Required, and Retry-After is the
 // time until the next period starts.
 //
+// # Clocks that step backwards
+//
+// A store decides by one clock: the Redis server's (TIME), or the clock
+// given with WithClock (memory store, or a Redis store deciding by client
+// clocks). A clock can step backwards: an NTP correction, a failover to a
+// replica whose clock is behind, another writer whose clock is behind
+// (several instances with WithClock on one Redis store). The algorithms
+// measure now against the last change of the stored state
+// ([ClockStepTolerance], [State]):
+//
+//   - Behind by at most ClockStepTolerance (128 ms, NTP's step threshold):
+//     the state stands still, decided as at its last change, and every
+//     RetryAfter, Reset and Delay told is lengthened by the lag, so it is
+//     true by the clock that asked (at most 128 ms more than needed, below
+//     Retry-After's resolution of one second).
+//   - Behind by more: a step. The state is rebased, its times moved back by
+//     the step, so the key has what it had at its last change and waits
+//     what it would have waited had the clock not stepped; a window aligned
+//     to the Unix epoch moves back by whole periods, to stay aligned, so its
+//     key may wait up to one period more. Stores write the rebased state
+//     even when the call charges nothing ([Limit.ClockStepped]).
+//
+// Either way no capacity is created, and a client that waits the
+// RetryAfter it was told and retries, with no other traffic, is admitted.
+// What cannot be known is the time that passed between the last change and
+// the step: it counts as not having passed, so after a step a limit is as
+// full as it was at its last change, not fuller.
+//
+// Several writers with different clocks: within the tolerance of each
+// other they agree, and nothing is created. A clock ahead of another by a
+// skew beyond the tolerance makes the other's calls rebase the state to
+// its own time, and the next call by the clock ahead then sees skew more
+// time passed. Each such alternation grants capacity to every writer
+// (they share the state): up to rate × skew for a bucket, GCRA or sliding
+// log, never more than the burst (quota); for a window aligned to the
+// first hit, a window that ends up to skew earlier; for an epoch-aligned
+// window nothing unless the skew is at least its period, and then up to a
+// window's quota. The number of alternations is bounded only by the calls
+// of the writers behind (each rebase is one of their calls), so over time the
+// grant has no bound of its own: keep writers' clocks within the
+// tolerance (NTP-disciplined clocks are, in normal operation), or let the
+// Redis store decide by the server's clock (the default), which only an
+// operator or a failover steps.
+//
 // # Writing a Store
 //
 // This section is for authors of stores and store decorators; users of the

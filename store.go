@@ -130,7 +130,7 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 //
 //	algorithm                  Level                         Updated              Prev             Log
 //	TokenBucket, LeakyBucket   capacity in use, scaled (1)   µs of last update    -                -
-//	GCRA                       TAT: theoretical arrival, µs  -                    -                -
+//	GCRA                       TAT: theoretical arrival, µs  µs of last change    -                -
 //	FixedWindow                units used in the window      window start, µs     -                -
 //	SlidingWindow              units used in the window      window start, µs     previous window  -
 //	SlidingLog                 -                             -                    -                admission times, µs
@@ -140,10 +140,16 @@ func CheckRequests(reqs []Request, out []Decision, take bool) error {
 // (1) In internal units (see Limit.Params): 0 is a full bucket, Burst×scale
 // an empty one, more is debt left by Adjust; it drains at drain internal
 // units per microsecond.
+//
+// Each state's last change (Updated for the buckets and GCRA, whose
+// Updated is 0 in a state written before it was kept; the window's start;
+// the newest entry of a log) is what a clock that steps backwards is
+// measured against: see ClockStepTolerance.
 type State struct {
 	// Level is the level, TAT or count of the current window: see the table.
 	Level int64
-	// Updated is the time of the last update or the window's start, in µs.
+	// Updated is the time of the last update (buckets, GCRA) or the
+	// window's start (windows), in µs.
 	Updated int64
 	// Prev is the previous window's count (SlidingWindow), or the end of
 	// the period (CalendarWindow, whose periods vary in length).

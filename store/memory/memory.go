@@ -263,7 +263,7 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
 	if d.Allowed && r.Cost != 0 {
 		sh.put(h, r.Key, id, slot, &st, l.ExpiresAt(&st), now, nil)
 	} else {
-		sh.drop(h, slot, stale)
+		sh.leave(h, r.Key, id, slot, stale, l, now)
 	}
 	sh.mu.Unlock()
 }
@@ -369,15 +369,15 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 		// (none for a stale entry), and stale entries are deleted.
 		peek(shA, live(slotA, staleA), a.Limit, now, dA)
 		peek(shB, live(slotB, staleB), b.Limit, now, dB)
-		shA.drop(hA, slotA, staleA)
+		shA.leave(hA, a.Key, idA, slotA, staleA, a.Limit, now)
 		if !dup {
-			shB.drop(hB, slotB, staleB)
+			shB.leave(hB, b.Key, idB, slotB, staleB, b.Limit, now)
 		}
 	case dup:
 		if a.Cost != 0 || b.Cost != 0 {
 			shA.put(hA, a.Key, idA, slotA, &stA, a.Limit.ExpiresAt(&stA), now, reqs)
 		} else {
-			shA.drop(hA, slotA, staleA)
+			shA.leave(hA, a.Key, idA, slotA, staleA, a.Limit, now)
 		}
 	default:
 		// The call's own entries are protected from eviction, as in many,
@@ -499,7 +499,7 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bo
 		}
 		for i := range reqs {
 			if w := &p[i]; w.first == int32(i) {
-				s.shards[w.hash&s.mask].drop(w.hash, w.slot, w.stale)
+				s.shards[w.hash&s.mask].leave(w.hash, reqs[i].Key, w.id, w.slot, w.stale, reqs[i].Limit, now)
 			}
 		}
 	}

@@ -102,7 +102,7 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 // and inserting the key afresh would leave, without the work or the copy
 // of the key (a key whose bucket refills between its requests, as most
 // keys' do, would otherwise be deleted and inserted again on every
-// request), or deletes it with drop, as a read of an expired entry does.
+// request), or deletes it with leave, as a read of an expired entry does.
 func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st *ratelimit.State) (slot int32, stale bool) {
 	i := sh.find(h, key, id)
 	if i == none {
@@ -122,16 +122,30 @@ func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool
 	if charged {
 		sh.put(h, key, id, slot, st, l.ExpiresAt(st), now, protect)
 	} else {
-		sh.drop(h, slot, stale)
+		sh.leave(h, key, id, slot, stale, l, now)
 	}
 }
 
-// drop deletes the entry in slot, whose key hashes to h, if get found it
-// expired (stale). The shard must be locked.
-func (sh *shard) drop(h uint64, slot int32, stale bool) {
+// leave finishes with an entry that a call did not charge: it deletes it
+// if get found it expired (stale), and otherwise keeps it as it is, unless
+// the clock stepped back from it (ratelimit.Limit.ClockStepped): then the
+// state brought to now is written, so that the rebase holds for the next
+// call. The shard must be locked.
+func (sh *shard) leave(h uint64, key, id string, slot int32, stale bool, l *ratelimit.Limit, now int64) {
+	if slot == none {
+		return
+	}
 	if stale {
 		sh.remove(h, slot)
+		return
 	}
+	var st ratelimit.State
+	sh.load(slot, l, &st)
+	if !l.ClockStepped(&st, now) {
+		return
+	}
+	l.TakeAt(&st, now, 0)
+	sh.put(h, key, id, slot, &st, l.ExpiresAt(&st), now, nil)
 }
 
 // load reads the state stored in slot, an entry under l, into *st. The

@@ -37,6 +37,14 @@ func (m *model) apply(take bool, keys []string, reqs []ratelimit.Request, now in
 	dirty := map[string]bool{}
 	out := make([]ratelimit.Decision, len(reqs))
 	refused := false
+	// A state the clock stepped back from is written rebased, even by a
+	// call that charges nothing (Limit.ClockStepped).
+	stepped := map[string]bool{}
+	for i, r := range reqs {
+		if st := m.states[keys[i]].st; r.Limit.ClockStepped(&st, now) {
+			stepped[keys[i]] = true
+		}
+	}
 	for i, r := range reqs {
 		st, ok := work[keys[i]]
 		if !ok {
@@ -49,17 +57,25 @@ func (m *model) apply(take bool, keys []string, reqs []ratelimit.Request, now in
 		} else {
 			d = r.Limit.AdjustFrom(&st, now, r.At, r.Cost)
 		}
-		dirty[keys[i]] = dirty[keys[i]] || r.Cost != 0
+		dirty[keys[i]] = dirty[keys[i]] || r.Cost != 0 || stepped[keys[i]]
 		work[keys[i]] = st
 		out[i] = d
 	}
 	if refused {
-		// Nothing is written; every decision describes the uncharged state.
+		// Nothing is charged; every decision describes the uncharged
+		// state, and only the states stepped back from are written, as
+		// brought to now.
 		for i, r := range reqs {
 			peek := r.Limit.TakeAt(new(m.states[keys[i]].st), now, 0)
 			out[i].Remaining, out[i].Reset = peek.Remaining, peek.Reset
 		}
-		return out, nil
+		for i, r := range reqs {
+			if dirty[keys[i]] = stepped[keys[i]]; stepped[keys[i]] {
+				st := m.states[keys[i]].st
+				r.Limit.TakeAt(&st, now, 0)
+				work[keys[i]] = st
+			}
+		}
 	}
 	var written []string
 	for i, r := range reqs {
@@ -171,7 +187,7 @@ func formatState(l *ratelimit.Limit, st ratelimit.State) string {
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
 	switch l.Algorithm() {
 	case ratelimit.GCRA:
-		return i(st.Level)
+		return i(st.Level) + ":" + i(st.Updated)
 	case ratelimit.SlidingWindow, ratelimit.CalendarWindow:
 		return i(st.Level) + ":" + i(st.Updated) + ":" + i(st.Prev)
 	case ratelimit.SlidingLog, ratelimit.Concurrency:
@@ -324,7 +340,15 @@ func runAgreement(e *env, limits []*ratelimit.Limit, rng *rand.Rand, steps int) 
 			case 3:
 				d = time.Duration(rng.IntN(48)) * time.Hour
 			case 4:
-				d = -time.Duration(rng.IntN(2_000_000)) * time.Microsecond
+				// Back: within ratelimit.ClockStepTolerance, at it, just
+				// beyond it, or by up to 2 s or 2 days (steps).
+				tol := ratelimit.ClockStepTolerance
+				d = -[]time.Duration{
+					time.Duration(1+rng.IntN(int(tol/time.Microsecond))) * time.Microsecond,
+					tol, tol + time.Microsecond,
+					time.Duration(rng.IntN(2_000_000)) * time.Microsecond,
+					time.Duration(rng.Int64N(int64(48 * time.Hour))),
+				}[rng.IntN(5)]
 			default:
 				d = time.Duration(rng.Int64N(int64(400 * 24 * time.Hour)))
 			}
@@ -451,5 +475,32 @@ func TestLargeValues(t *testing.T) {
 		d = e.adjust(req("k", huge, -1<<63))[0]
 		require.Equal(t, ratelimit.Decision{Limit: huge, Allowed: true, Remaining: 2251799813, At: now}, d)
 		require.Equal(t, "", e.stored(e.store.Key("k", huge)))
+	})
+}
+
+// TestGCRALegacyState: a GCRA state written before the script kept its
+// last change ("<tat>" alone) is still read, as the Go State with Updated
+// 0, which cannot see a clock step; the next write adds the last change.
+func TestGCRALegacyState(t *testing.T) {
+	onBoth(t, func(t *testing.T, newEnv func(*testing.T, ...redisstore.Option) *env) {
+		e := newEnv(t)
+		l := limitOf(t, ratelimit.PerSecond(10).WithBurst(50).WithAlgorithm(ratelimit.GCRA)) // T = 100ms
+		now := e.micros()
+		k := e.store.Key("k", l)
+		// TAT 5 s ahead: the burst is spent.
+		tat := now + 5_000_000
+		require.NoError(t, e.client.Set(t.Context(), k, strconv.FormatInt(tat, 10), time.Minute).Err())
+		old := ratelimit.State{Level: tat}
+		want := l.TakeAt(new(old), now, 1)
+		require.Equal(t, want, e.take(req("k", l, 1))[0])
+		require.False(t, want.Allowed)
+		// 100 ms later one cell conforms: TAT = tat + 100ms, dated now.
+		e.advance(100 * time.Millisecond)
+		now = e.micros()
+		st := old
+		want = l.TakeAt(&st, now, 1)
+		require.True(t, want.Allowed)
+		require.Equal(t, want, e.take(req("k", l, 1))[0])
+		require.Equal(t, strconv.FormatInt(tat+100_000, 10)+":"+strconv.FormatInt(now, 10), e.stored(k))
 	})
 }

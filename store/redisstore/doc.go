@@ -45,7 +45,12 @@
 // microsecond), so instances whose clocks disagree still make the same
 // decisions. WithClock makes the store decide by a clock of the caller's
 // instead: for tests, or when all instances run clocks you trust. Either
-// way a clock that steps backwards creates no capacity.
+// way a clock that steps backwards creates no capacity, and the waits told
+// stay true (ratelimit.ClockStepTolerance: within 128 ms a key stands
+// still, beyond it the key is rebased by the step). Instances with
+// WithClock whose clocks disagree by more than that tolerance grant
+// capacity at each alternation between them: see "Clocks that step
+// backwards" in package ratelimit.
 //
 // Calendar windows (ratelimit.PerCalendarMonth) are aligned to a time zone,
 // which Lua cannot compute: with each such limit the store sends the
@@ -75,7 +80,9 @@
 //
 // A key holds one string: "<level>:<updated>" for the buckets (the level
 // in the limit's internal units and the microsecond it was computed, as in
-// ratelimit.State), "<tat>" for GCRA, "<count>:<window start>" for a fixed
+// ratelimit.State), "<tat>:<updated>" for GCRA (the theoretical arrival
+// time and the time of the last change; "<tat>" alone, as written by
+// earlier versions, is still read), "<count>:<window start>" for a fixed
 // window, "<count>:<window start>:<previous count>" for a sliding window,
 // and "<t>:<n>,<t>:<n>,..." for a sliding log. A token-bucket key takes
 // about 150 bytes of Redis memory (MEMORY USAGE, default prefix, a limit

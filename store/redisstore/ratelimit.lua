@@ -52,7 +52,8 @@
 --
 -- Stored state (ratelimit.State), one Redis string per key:
 --   token/leaky bucket   "<level>:<updated>"
---   GCRA                 "<tat>"
+--   GCRA                 "<tat>:<updated>" (or "<tat>", as written by
+--                        versions before the last change was kept)
 --   fixed window         "<count>:<window start>"
 --   calendar window      "<count>:<period start>:<period end>"
 --   sliding window       "<count>:<window start>:<previous count>"
@@ -118,8 +119,54 @@ local function gomod(a, b)
   return -((-a) - floordiv(-a, b) * b)
 end
 
+-- ---- Clock steps (ratelimit.ClockStepTolerance) ----
+-- A state last changed at u > now (the clock stepped back, or another
+-- writer's clock is ahead): within STEP_TOL the state stands still (decided
+-- at u, the waits told lengthened by u - now); beyond it the state is
+-- rebased by the step and marked st.stepped, which the write phase reads
+-- (Limit.ClockStepped: a rebased state is written even when nothing is
+-- charged).
+
+local STEP_TOL = 128000 -- µs, ratelimit.ClockStepTolerance
+
+-- stepBack: returns t (the time to decide at), lag, shift.
+local function step_back(u, now)
+  if now >= u then
+    return now, 0, 0
+  elseif u - now <= STEP_TOL then
+    return u, u - now, 0
+  end
+  return now, 0, u - now
+end
+
+-- addLag: the waits of a decision made lag µs ahead of the clock.
+local function add_lag(retry, reset, delay, lag)
+  if lag > 0 then
+    if retry > 0 then
+      retry = retry + lag
+    end
+    if reset > 0 then
+      reset = reset + lag
+    end
+    if delay > 0 then
+      delay = delay + lag
+    end
+  end
+  return retry, reset, delay
+end
+
 -- ---- Token bucket, leaky bucket and GCRA ----
 -- State {level, updated}; GCRA keeps {tat} and converts (gcraBucket).
+
+-- bucketStep: a rebase keeps the level, dated now.
+local function bucket_step(st, now)
+  local t, lag, shift = step_back(st[2], now)
+  if shift > 0 then
+    st[2] = now
+    st.stepped = true
+  end
+  return t, lag
+end
 
 -- drainTo: bring a bucket forward to now. A clock that moved backwards
 -- (now <= updated) leaves it as it is.
@@ -188,17 +235,29 @@ local function bucket_adjust(st, now, delta, p)
   end
 end
 
+-- gcraStep: the state {tat, updated} (updated 0 in a state written before
+-- it was kept: no step can be seen); a rebase moves both back by the step.
+local function gcra_step(st, now)
+  local t, lag, shift = step_back(st[2], now)
+  if shift > 0 then
+    st[1], st[2] = st[1] - shift, now
+    st.stepped = true
+  end
+  return t, lag
+end
+
 -- gcraBucket / gcraState: the bucket level is max(0, tat - now), and a
--- bucket at level 0 is the zero state (tat 0). tat <= now + 2^52 < 2^53.
+-- bucket at level 0 is the zero state (tat 0, updated 0); otherwise the
+-- state keeps the time of its last change. tat <= now + 2^52 < 2^53.
 local function gcra_bucket(st, now)
   return {max(0, st[1] - now), now}
 end
 
 local function gcra_state(b, st, now)
   if b[1] == 0 then
-    st[1] = 0
+    st[1], st[2] = 0, 0
   else
-    st[1] = now + b[1]
+    st[1], st[2] = now + b[1], now
   end
 end
 
@@ -221,6 +280,25 @@ local function window_start(st, now, p)
     return now
   end
   return max(now - gomod(now, p.period), st[2])
+end
+
+-- windowStep: a step back beyond STEP_TOL from the window's start moves
+-- the window back: to now for 'F' (unless it counts nothing: no window),
+-- by whole periods for an epoch-aligned window. Waits about a window are
+-- absolute times, so standing still needs no lag.
+local function window_step(st, now, p)
+  if p.algo == 'F' and st[1] == 0 then
+    return
+  end
+  local _, _, shift = step_back(st[2], now)
+  if shift > 0 and p.algo ~= 'F' then
+    -- shift < 2^53, period > 0: floordiv's precondition.
+    shift = floordiv(shift, p.period) * p.period
+  end
+  if shift > 0 then
+    st[2] = st[2] - shift
+    st.stepped = true
+  end
 end
 
 -- roll: move to the window starting at w; the count becomes the previous
@@ -317,6 +395,7 @@ end
 
 -- windowTake. Returns allowed, retry, delay.
 local function window_take(st, now, cost, p)
+  window_step(st, now, p)
   roll(st, window_start(st, now, p), p)
   if cost > p.quota then
     return 0, -1, 0
@@ -334,6 +413,7 @@ end
 -- in [0, 2 quota]; |delta| <= 2^53 may round in the sum, but any such sum
 -- is far outside that range and clamps to the same bound.
 local function window_adjust(st, now, charged_at, delta, p)
+  window_step(st, now, p)
   roll(st, window_start(st, now, p), p)
   local cw = charged_at - gomod(charged_at, p.period)
   if p.algo == 'F' then
@@ -362,6 +442,24 @@ local function log_count(runs)
     n = n + runs[i][2]
   end
   return n
+end
+
+-- logStep: a step back beyond STEP_TOL from the newest entry moves every
+-- entry back by the step; within it, entries expire as at the newest one.
+-- Returns the time to expire entries at.
+local function log_step(st, now)
+  local runs = st[1]
+  if #runs == 0 then
+    return now
+  end
+  local t, _, shift = step_back(runs[#runs][1], now)
+  if shift > 0 then
+    for i = 1, #runs do
+      runs[i][1] = runs[i][1] - shift
+    end
+    st.stepped = true
+  end
+  return t
 end
 
 -- logLive: drop the entries that left the window (t + period <= now).
@@ -408,7 +506,7 @@ end
 
 -- logTake. Returns allowed, retry, delay.
 local function log_take(st, now, cost, p)
-  st[1] = log_live(st[1], now, p)
+  st[1] = log_live(st[1], log_step(st, now), p)
   local runs = st[1]
   local n = log_count(runs)
   if cost > p.quota then
@@ -432,7 +530,7 @@ end
 -- logAdjust: a charge appends (the log holds at most 2 quota entries); a
 -- refund removes the newest entries charged at or after chargedAt.
 local function log_adjust(st, now, charged_at, delta, p)
-  st[1] = log_live(st[1], now, p)
+  st[1] = log_live(st[1], log_step(st, now), p)
   local runs = st[1]
   if delta > 0 then
     log_append(runs, now, min(delta, 2 * p.quota - log_count(runs)))
@@ -578,9 +676,14 @@ local function decode(v, p)
       st = {tonumber(l), tonumber(u), 0}
     end
   elseif a == 'g' then
-    local t = string.match(v, '^(%-?%d+)$')
+    -- "<tat>:<updated>", or "<tat>" as written before the last change
+    -- was kept (updated 0: no step can be seen).
+    local t, u = string.match(v, '^(%-?%d+):(%-?%d+)$')
+    if not t then
+      t, u = string.match(v, '^(%-?%d+)$'), '0'
+    end
     if t then
-      st = {tonumber(t), 0, 0}
+      st = {tonumber(t), tonumber(u), 0}
     end
   elseif a == 's' or a == 'k' then
     local l, u, pr = string.match(v, '^(%d+):(%-?%d+):(%d+)$')
@@ -605,7 +708,7 @@ end
 local function encode(st, p)
   local a = p.algo
   if a == 'g' then
-    return string.format('%d', st[1])
+    return string.format('%d:%d', st[1], st[2])
   elseif a == 's' or a == 'k' then
     return string.format('%d:%d:%d', st[1], st[2], st[3])
   elseif a == 'o' or a == 'c' then
@@ -789,10 +892,12 @@ local function take(st, now, cost, p)
   local a = p.algo
   local allowed, retry, delay, remaining, reset
   if a == 'g' then
-    local b = gcra_bucket(st, now)
-    allowed, retry, delay = bucket_take(b, now, cost, p)
+    local t, lag = gcra_step(st, now)
+    local b = gcra_bucket(st, t)
+    allowed, retry, delay = bucket_take(b, t, cost, p)
     remaining, reset = describe_bucket(b, p)
-    gcra_state(b, st, now)
+    gcra_state(b, st, t)
+    retry, reset, delay = add_lag(retry, reset, delay, lag)
   elseif a == 'o' then
     allowed, retry, delay = log_take(st, now, cost, p)
     remaining, reset = describe_log(st[1], now, p)
@@ -800,8 +905,10 @@ local function take(st, now, cost, p)
     allowed, retry, delay = slots_take(st, now, cost, p)
     remaining, reset = describe_slots(st[1], now, p)
   elseif a == 't' or a == 'l' then
-    allowed, retry, delay = bucket_take(st, now, cost, p)
+    local t, lag = bucket_step(st, now)
+    allowed, retry, delay = bucket_take(st, t, cost, p)
     remaining, reset = describe_bucket(st, p)
+    retry, reset, delay = add_lag(retry, reset, delay, lag)
   elseif a == 'k' then
     return calendar_take(st, now, cost, p)
   else
@@ -822,16 +929,22 @@ local function adjust(st, now, charged_at, delta, p)
   end
   local a = p.algo
   if a == 'g' then
-    local b = gcra_bucket(st, now)
-    bucket_adjust(b, now, delta, p)
-    gcra_state(b, st, now)
-    return describe_bucket(b, p)
+    local t, lag = gcra_step(st, now)
+    local b = gcra_bucket(st, t)
+    bucket_adjust(b, t, delta, p)
+    gcra_state(b, st, t)
+    local remaining, reset = describe_bucket(b, p)
+    local _, r = add_lag(0, reset, 0, lag)
+    return remaining, r
   elseif a == 'o' then
     log_adjust(st, now, charged_at, delta, p)
     return describe_log(st[1], now, p)
   elseif a == 't' or a == 'l' then
-    bucket_adjust(st, now, delta, p)
-    return describe_bucket(st, p)
+    local t, lag = bucket_step(st, now)
+    bucket_adjust(st, t, delta, p)
+    local remaining, reset = describe_bucket(st, p)
+    local _, r = add_lag(0, reset, 0, lag)
+    return remaining, r
   elseif a == 'k' then
     return calendar_adjust(st, now, charged_at, delta, p)
   end
@@ -979,7 +1092,9 @@ local function decide(kb, ab, n, is_take)
     if calendar_outside then
       return nil, calendar_outside_error()
     end
-    if allowed == 1 and cost ~= 0 then
+    -- A refused Take's st is the stored state brought to now: written
+    -- only if the clock stepped back from it (Limit.ClockStepped).
+    if (allowed == 1 and cost ~= 0) or st.stepped then
       err = store(key, st, p, v, now, margin)
       if err then
         return nil, err
@@ -1042,21 +1157,30 @@ local function decide(kb, ab, n, is_take)
     if calendar_outside then
       return nil, calendar_outside_error()
     end
-    if cost ~= 0 then
+    if cost ~= 0 or st.stepped then
       dirty[f] = p
     end
     results[i] = {allowed, remaining, reset, retry, delay}
   end
 
   if refused then
-    -- All or nothing: write nothing. Allowed, retry and delay stay as
+    -- All or nothing: charge nothing. Allowed, retry and delay stay as
     -- evaluated in order, but every request reports the stored, uncharged
     -- state of its key at now (what a peek would see): the charges of
-    -- earlier requests in this call were not made.
+    -- earlier requests in this call were not made. A stored state that
+    -- the clock stepped back from is written rebased (Limit.ClockStepped),
+    -- or the wait told would not hold.
     for i = 1, n do
       local p = params[i]
       local v = raw[first[i]]
-      local _, remaining, reset = take(decode(v or nil, p), now, 0, p)
+      local peek = decode(v or nil, p)
+      local _, remaining, reset = take(peek, now, 0, p)
+      if peek.stepped and first[i] == i then
+        local err = store(KEYS[kb + i], peek, p, v, now, margin)
+        if err then
+          return nil, err
+        end
+      end
       results[i][2] = remaining
       results[i][3] = reset
     end

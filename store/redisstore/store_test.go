@@ -142,23 +142,23 @@ func TestTTLIsTimeUntilFull(t *testing.T) {
 		mark()
 		e.take(req("k", rpm, 1))
 		pttl(k, 4*time.Second)
-		// The clock steps back 1 s: the state stands still (Updated stays
-		// 1 s ahead), a take of 1 makes the level 5e6, full at Updated+5 s,
-		// which is 6 s from now.
+		// The clock steps back 1 s, beyond ratelimit.ClockStepTolerance:
+		// the state is rebased (level 4e6, dated now), and a take of 1
+		// makes the level 5e6: full in 5 s.
 		e.advance(-time.Second)
 		mark()
 		e.take(req("k", rpm, 1))
-		pttl(k, 6*time.Second)
+		pttl(k, 5*time.Second)
 		e.advance(time.Second)
-		// Debt: Adjust +60 makes the level 5e6 + 60e6 = 65e6: 65 s.
+		// Debt: 1 s later the level is 4e6; Adjust +60 makes it 64e6: 64 s.
 		mark()
 		e.adjust(req("k", rpm, 60))
-		pttl(k, 65*time.Second)
+		pttl(k, 64*time.Second)
 		// A peek and a refused take write nothing: the TTL still counts down
 		// from the last write (exactly 0 elapsed on miniredis).
 		e.take(req("k", rpm, 0))
 		e.take(req("k", rpm, 1))
-		pttl(k, 65*time.Second)
+		pttl(k, 64*time.Second)
 
 		// Every(7, 3s): one unit is 3e6 internal units draining at 7 per
 		// µs, full after ceil(3e6/7) = 428572 µs, rounded up to 429 ms.

@@ -65,12 +65,13 @@ func gcraSeed(e *env) {
 	}
 	assert.Equal(e.t, 50, allowed, "GCRA admits exactly the burst at one instant after idling")
 
-	// One stored number: the state every store keeps for this key is
-	// the TAT alone (Updated, Prev and Log stay zero), now + 5s.
+	// The state every store keeps for this key is the TAT, now + 5s, and
+	// the time of its last change, which tells a clock that stepped back
+	// (ratelimit.ClockStepTolerance); Prev and Log stay zero.
 	now := e.micros()
 	var s ratelimit.State
 	l.TakeAt(&s, now, 50)
-	assert.Equal(e.t, ratelimit.State{Level: now + 5_000_000}, s, "GCRA's state is one integer, the TAT")
+	assert.Equal(e.t, ratelimit.State{Level: now + 5_000_000, Updated: now}, s, "GCRA's state: the TAT and its last change")
 }
 
 // gcraEqualsTokenBucket drives a GCRA limit and the token bucket of the
@@ -438,50 +439,4 @@ func stackedAcrossAlgorithms(e *env) {
 	}, e.take(stack(10, 10, 10, 10, 10, 0)...))
 	// Now the leaky bucket queues behind the 10 units: 10s.
 	e.check(queued(ls[2], 49, 11*time.Second, 10*time.Second), e.take1("k", ls[2], 1), "lb queued")
-}
-
-// clockBackwardsEveryAlgorithm: a clock that steps back creates no
-// capacity for any algorithm. Each limit is 60 per minute, emptied at 1h
-// (a minute boundary); then the clock reads 0, an hour earlier.
-func clockBackwardsEveryAlgorithm(e *env) {
-	base := ratelimit.PerMinute(60)
-	first := base.WithAlgorithm(ratelimit.FixedWindow).AlignToFirstHit()
-	const h = time.Hour
-	cases := []struct {
-		l            *ratelimit.Limit
-		reset, retry time.Duration // at 0, for one more unit
-	}{
-		// The buckets stand still: still empty (Reset 60s), one unit 1s
-		// away, as at 1h.
-		{l: withAlgorithm(base, ratelimit.TokenBucket), reset: time.Minute, retry: time.Second},
-		{l: withAlgorithm(base, ratelimit.LeakyBucket), reset: time.Minute, retry: time.Second},
-		// GCRA judges the request at 0: TAT is 1h+60s, 1h+60s away, and
-		// one more cell conforms when TAT − now + 1s ≤ 60s: at 1h+1s.
-		{l: withAlgorithm(base, ratelimit.GCRA), reset: h + time.Minute, retry: h + time.Second},
-		// The log's 60 entries of 1h are all ahead of 0 and live; the
-		// first leaves at 1h+60s.
-		{l: withAlgorithm(base, ratelimit.SlidingLog), reset: h + time.Minute, retry: h + time.Minute},
-		// The windows stay in the stored window [1h, 1h+60s): the fixed
-		// window is full until it closes; the sliding counter's 60 weigh
-		// until 1h+120s, and one more fits in the next window once
-		// 60 × (60000 − e)/60000 + 1 ≤ 60, e ≥ 1000ms: at 1h+61s.
-		{l: withAlgorithm(base, ratelimit.FixedWindow), reset: h + time.Minute, retry: h + time.Minute},
-		{l: &first, reset: h + time.Minute, retry: h + time.Minute},
-		{l: withAlgorithm(base, ratelimit.SlidingWindow), reset: h + 2*time.Minute, retry: h + 61*time.Second},
-	}
-	for _, c := range cases {
-		name := c.l.String() + " " + c.l.ID()
-		e.at(h)
-		d := e.take1("k", c.l, 60)
-		require.True(e.t, d.Allowed, "%s: 60 at 1h", name)
-		e.at(0)
-		e.check(refused(c.l, 0, c.reset, c.retry), e.take1("k", c.l, 1), "%s: 1 at 0", name)
-		d = e.peek("k", c.l)
-		assert.Equal(e.t, int64(0), d.Remaining, "%s: peek at 0", name)
-		// A charge made while the clock is behind is kept: 10 more at 0,
-		// and when the clock is back at 1h the limit is still over full.
-		e.adjust(ratelimit.Request{Key: "k", Limit: c.l, Cost: 10})
-		e.at(h)
-		assert.False(e.t, e.take1("k", c.l, 1).Allowed, "%s: 1 at 1h after the clock came back", name)
-	}
 }

@@ -39,10 +39,14 @@
 //     longer counts.
 //   - A state is indistinguishable from a key never seen from
 //     (*Limit).ExpiresAt on, so stores may forget it then.
-//   - A clock that moves backwards creates no capacity: a token or leaky
-//     bucket stands still until the clock passes the time it was last
-//     written; GCRA and the sliding log judge the request at the earlier
-//     time, which can only refuse more; a window stays in the stored window.
+//   - A clock that moves backwards creates no capacity and tells true
+//     waits (ratelimit.ClockStepTolerance): behind a state's last change by
+//     at most the tolerance, the state stands still and its waits are told
+//     by this clock; behind by more, the state is rebased by the step. A
+//     store writes the state brought to now whenever
+//     (*ratelimit.Limit).ClockStepped reports a step, even in a call that
+//     charges nothing (the suite's model writes no other state that a
+//     call leaves uncharged, as the built-in stores do not).
 //   - Malformed calls fail with an error wrapping ratelimit.ErrInvalidRequest
 //     (as ratelimit.CheckRequests reports them) and charge nothing; a call
 //     whose context is already done returns the context's error and charges
@@ -50,8 +54,9 @@
 //   - Decisions are written only to out[:len(reqs)].
 //
 // Whether a store writes back the brought-up-to-date state after a peek or a
-// refused call is not observable while the clock moves forward, and the suite
-// leaves it to the store.
+// refused call (with no step) is not observable while the clock moves
+// forward; the clock-step scenarios are written so that it is not
+// observable either.
 //
 // The package also has FuzzStoresAgree (in its tests), the same sequences
 // decoded from fuzzer bytes, run against the memory store and the Redis

@@ -22,11 +22,17 @@ type modelKey struct{ key, limitID string }
 
 func keyOf(r ratelimit.Request) modelKey { return modelKey{r.Key, r.Limit.ID()} }
 
-// take evaluates reqs in order on a working copy; it commits the copy only
-// if every request fits, and otherwise reports the stored state (a peek) in
-// every Decision's Remaining and Reset.
+// take evaluates reqs in order on a working copy. If every request fits it
+// commits the working state of each (key, limit) that a request charges
+// (cost ≠ 0); otherwise it reports the stored state (a peek) in every
+// Decision's Remaining and Reset. Either way, a state whose clock stepped
+// back (Limit.ClockStepped) is committed as brought to now, as every store
+// must, so that the rebase holds for the next call; the other states a
+// call leaves uncharged are not written, as stores do not write them (which
+// is observable only when the clock moves backwards).
 func (m *model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 	work := make(map[modelKey]ratelimit.State, len(reqs))
+	charged := make(map[modelKey]bool, len(reqs))
 	get := func(k modelKey) ratelimit.State {
 		if s, ok := work[k]; ok {
 			return s
@@ -40,11 +46,24 @@ func (m *model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 		s := get(k)
 		out[i] = r.Limit.TakeAt(&s, now, r.Cost)
 		work[k] = s
+		charged[k] = charged[k] || r.Cost != 0
 		all = all && out[i].Allowed
+	}
+	stepped := make(map[modelKey]ratelimit.State)
+	for _, r := range reqs {
+		k := keyOf(r)
+		if s := m.states[k]; r.Limit.ClockStepped(&s, now) {
+			r.Limit.TakeAt(&s, now, 0)
+			stepped[k] = s
+		}
 	}
 	if all {
 		for k, s := range work {
-			m.states[k] = s
+			if charged[k] {
+				m.states[k] = s
+			} else if p, ok := stepped[k]; ok {
+				m.states[k] = p
+			}
 		}
 		return out
 	}
@@ -52,18 +71,25 @@ func (m *model) take(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 		p := r.Limit.TakeAt(new(m.states[keyOf(r)]), now, 0)
 		out[i].Remaining, out[i].Reset = p.Remaining, p.Reset
 	}
+	for k, s := range stepped {
+		m.states[k] = s
+	}
 	return out
 }
 
 // adjust applies reqs in order, each settling usage charged at its At, and
-// commits.
+// commits the states it changes (cost ≠ 0) and those whose clock stepped
+// back.
 func (m *model) adjust(reqs []ratelimit.Request, now int64) []ratelimit.Decision {
 	out := make([]ratelimit.Decision, len(reqs))
 	for i, r := range reqs {
 		k := keyOf(r)
 		s := m.states[k]
+		stepped := r.Limit.ClockStepped(&s, now)
 		out[i] = r.Limit.AdjustFrom(&s, now, r.At, r.Cost)
-		m.states[k] = s
+		if r.Cost != 0 || stepped {
+			m.states[k] = s
+		}
 	}
 	return out
 }

@@ -59,7 +59,8 @@ func PropertyChecks() int {
 // past times, now or in the future) must produce the same decisions, every
 // field, and the same IETF and X-RateLimit header fields, as the model.
 // The clock only moves forward within a sequence, so a store may forget a
-// state as soon as it expires.
+// state as soon as it expires. A last subtest, RetryAfter, runs
+// RunRetryAfter (clocks that step back too).
 //
 // newHarness is called once per algorithm; every sequence uses keys of its
 // own on that harness and resets its clock to the sequence's start (which
@@ -81,6 +82,7 @@ func RunProperties(t *testing.T, newHarness func(t *testing.T) Harness) {
 			t.Logf("%v: %d sequences, %d calls, in %v", a, seqs, calls, time.Since(began).Round(time.Millisecond))
 		})
 	}
+	t.Run("RetryAfter", func(t *testing.T) { RunRetryAfter(t, newHarness) })
 }
 
 // setRapidChecks makes rapid.Check run n checks, unless -rapid.checks was

@@ -349,29 +349,6 @@ func expiry(e *env) {
 	e.check(ok(l, 50, 0), e.peek("e", l), "at the reset")
 }
 
-func clockBackwards(e *env) {
-	l := tenPerSecond()
-	e.at(time.Hour)
-	e.check(ok(l, 0, 5*time.Second), e.take1("k", l, 50), "empty the bucket at 1h")
-	// The clock steps back one hour. The bucket stands still instead of
-	// refilling: the next unit is still one unit, 100ms, away.
-	e.at(0)
-	e.check(refused(l, 0, 5*time.Second, 100*time.Millisecond), e.take1("k", l, 1), "take 1 at 0")
-	e.check(ok(l, 0, 5*time.Second), e.peek("k", l), "peek at 0")
-	e.at(time.Hour + 100*time.Millisecond)
-	e.check(ok(l, 0, 5*time.Second), e.take1("k", l, 1), "take 1 at 1h+100ms")
-	e.check(refused(l, 0, 5*time.Second, 100*time.Millisecond), e.take1("k", l, 1), "take 1 more at 1h+100ms")
-
-	// Charges made while the clock is behind are kept: 10 units at 1h, 40
-	// more "earlier", and at 1h the bucket is empty.
-	e.at(time.Hour)
-	e.check(ok(l, 40, time.Second), e.take1("b", l, 10), "take 10 at 1h")
-	e.at(30 * time.Minute)
-	e.check(ok(l, 0, 5*time.Second), e.take1("b", l, 40), "take 40 at 30m")
-	e.at(time.Hour)
-	e.check(refused(l, 0, 5*time.Second, 100*time.Millisecond), e.take1("b", l, 1), "take 1 at 1h")
-}
-
 func independentKeys(e *env) {
 	l := tenPerSecond()
 	e.check(ok(l, 0, 5*time.Second), e.take1("a", l, 50), "empty a")
