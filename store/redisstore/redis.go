@@ -65,24 +65,28 @@ type config struct {
 	pipelined     bool // WithPipelining
 }
 
-// WithPipelining makes concurrent calls share round trips: each Take and
-// Adjust is still one script call, decided exactly as without the option
-// (all or nothing, one atomic script per call), but the calls of many
-// goroutines are written to Redis together as one pipeline and their
-// replies read together, through the client's asynchronous go-redis
-// AutoPipeliner (Client.AsyncAutoPipeline, configured by the client's
-// Options.AutoPipelineOptions; go-redis marks it experimental). Under
-// concurrency this cuts the system calls and round trips per decision on
-// both sides; a lone caller gains nothing and waits as long as without it.
+// WithPipelining makes concurrent calls share round trips, each call still
+// decided exactly as without the option (atomic, all or nothing).
 //
-// The caller's deadline still bounds every call: a call whose context ends
-// returns its error at once, whether its command is still queued, on the
-// wire or running. Such a call may or may not be decided later by Redis (as
-// after a timeout without pipelining), and it is never re-sent: the
-// command is marked not to be retried, which go-redis honours for the
-// whole pipeline it rides in. It works on a *redis.Client (standalone or
-// Sentinel) and a *redis.ClusterClient; New returns an error wrapping
-// ErrInvalidOption for a client without AutoPipeline (a *redis.Ring).
+// On one server (a *redis.Client, standalone or Sentinel) the store
+// coalesces the calls that arrive while a batch is on its way into one
+// script call in batch mode, up to 128 calls: one round trip, one script
+// invocation and one clock reading (Redis TIME, or the latest WithClock
+// time its callers read) for all of them, each call decided as if alone, in
+// arrival order (a call that fails fails alone). A call alone in the queue
+// is sent as an ordinary script call, so a lone caller waits as long as
+// without the option. On a *redis.ClusterClient, whose callers live on
+// different slots, each call stays its own script call and the client's
+// asynchronous go-redis AutoPipeliner (Client.AsyncAutoPipeline, configured
+// by Options.AutoPipelineOptions; go-redis marks it experimental) writes
+// the calls bound for one master together.
+//
+// The caller's deadline still bounds every call: a call whose context ended
+// before its batch was formed is never sent; one whose context ends later
+// returns its error at once, and may or may not be decided by Redis (as
+// after a timeout without pipelining); nothing is ever re-sent. New returns
+// an error wrapping ErrInvalidOption for a client that cannot pipeline this
+// way (a *redis.Ring).
 func WithPipelining() Option {
 	return func(c *config) error {
 		c.pipelined = true
