@@ -18,7 +18,7 @@
 //	go run ./_example                 # one instance on 127.0.0.1:8080, embedded Redis
 //	go run ./_example -instances 5    # five instances on 8080..8084 sharing one store
 //	go run ./_example -redis redis://127.0.0.1:6379/0
-//	go run ./_example -demo           # a scripted check: bursts from 9 keys at 5 instances; exits 0 only if every limit held exactly
+//	go run ./_example -demo           # a scripted check: bursts from 10 keys at 5 instances; exits 0 only if every limit held exactly
 //
 // Without -redis the store is an embedded miniredis, so the real Lua path
 // runs with no setup.
