@@ -1,6 +1,8 @@
 package benchmarks_test
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
 	"strings"
 	"testing"
@@ -35,38 +37,37 @@ func sharedAdapter(t *testing.T, src string) string {
 	return src
 }
 
-// TestSharedAdapterInSync fails when testdata/compare-sh/rampmeter.go (what
-// ADAPTER= hands ../shared/bench/compare.sh) no longer matches
-// adapters/rampmeter.go. Regenerate it with
-//
-//	RAMPMETER_WRITE_SHARED_ADAPTER=1 go test -run TestSharedAdapterInSync .
-func TestSharedAdapterInSync(t *testing.T) {
-	const path = "testdata/compare-sh/rampmeter.go"
+// TestSharedAdapter derives the shared harness's adapter and checks that it
+// is a Go file of package adapters that drives rampmeter without llm.
+// shared-compare.sh runs it with RAMPMETER_SHARED_ADAPTER set to the path
+// to write the adapter to, then hands that file to compare.sh as ADAPTER.
+func TestSharedAdapter(t *testing.T) {
 	src, err := os.ReadFile("adapters/rampmeter.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := sharedAdapter(t, string(src))
-	header := "package adapters\n\n" +
-		"// This file is the rampmeter adapter for the shared harness ../shared/bench\n" +
-		"// (module benchharness), generated from ../../adapters/rampmeter.go by\n" +
-		"// TestSharedAdapterInSync: the same rows without rampmeter-ai (that harness\n" +
-		"// sends no request bodies). From the repository root:\n" +
-		"//\n" +
-		"//\tADAPTER=$PWD/benchmarks/testdata/compare-sh/rampmeter.go ../shared/bench/compare.sh\n" +
-		"//\n" +
-		"// It lives under testdata/ so that the go tool never builds it here.\n"
-	want = strings.Replace(want, "package adapters\n", header, 1)
-	if os.Getenv("RAMPMETER_WRITE_SHARED_ADAPTER") != "" {
-		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+	out := sharedAdapter(t, string(src))
+	f, err := parser.ParseFile(token.NewFileSet(), "rampmeter.go", out, parser.ImportsOnly)
+	if err != nil {
+		t.Fatalf("the derived adapter does not parse: %v", err)
+	}
+	if f.Name.Name != "adapters" {
+		t.Fatalf("package %s, want adapters", f.Name.Name)
+	}
+	var imports []string
+	for _, im := range f.Imports {
+		imports = append(imports, im.Path.Value)
+	}
+	all := strings.Join(imports, " ")
+	if !strings.Contains(all, `"benchharness/decider"`) || strings.Contains(all, "/llm\"") || strings.Contains(all, "/benchmarks/") {
+		t.Fatalf("imports %s: want benchharness/decider and neither llm nor this module's packages", all)
+	}
+	if strings.Contains(out, "rampmeter-ai") || !strings.Contains(out, `Name: "rampmeter-limiter-mem"`) {
+		t.Fatal("the derived adapter must keep the decision rows and drop rampmeter-ai")
+	}
+	if path := os.Getenv("RAMPMETER_SHARED_ADAPTER"); path != "" {
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != want {
-		t.Fatalf("%s is out of date with adapters/rampmeter.go; regenerate it with RAMPMETER_WRITE_SHARED_ADAPTER=1 go test -run TestSharedAdapterInSync .", path)
 	}
 }
