@@ -291,3 +291,104 @@ func TestReadBodyMatchesReadAll(t *testing.T) {
 func failAfter(r io.Reader) io.Reader { return io.MultiReader(r, iotest.ErrReader(errBroken)) }
 
 var errBroken = errors.New("connection reset")
+
+// FuzzParseOpenAIBodyShapes holds the parse equal to the reference on
+// bodies that a generator builds from the fuzzer's bytes: mostly valid
+// JSON, mostly the fields the parse reads, in every shape and order, with
+// duplicates, case-folded keys, escapes and wrong types, so that the fuzzer
+// explores the parse's rules rather than JSON's syntax. Run it with, for
+// example:
+//
+//	go test -run '^$' -fuzz '^FuzzParseOpenAIBodyShapes$' -fuzztime 5m ./llm
+func FuzzParseOpenAIBodyShapes(f *testing.F) {
+	f.Add([]byte("chat completions"))
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20})
+	f.Add([]byte("\xff\xfe\xfd\x80\x00\x10\x20\x30\x40\x50\x60\x70"))
+	f.Fuzz(func(t *testing.T, seed []byte) {
+		g := &bodyGen{seed: seed}
+		var sb strings.Builder
+		g.object(&sb, 0, true)
+		checkParse(t, []byte(sb.String()))
+	})
+}
+
+// bodyGen builds a JSON body from seed's bytes, read one at a time (0
+// once they run out).
+type bodyGen struct {
+	seed []byte
+	i    int
+}
+
+func (g *bodyGen) next() int {
+	if g.i >= len(g.seed) {
+		return 0
+	}
+	g.i++
+	return int(g.seed[g.i-1])
+}
+
+var (
+	genTopKeys  = []string{"model", "messages", "system", "input", "prompt", "instructions", "tools", "functions", "stream", "stream_options", "max_tokens", "max_completion_tokens", "max_output_tokens", "n", "Messages", "MODEL", "meſſages", "max_to\\u212aens", "\\u006e", "temperature", "role"}
+	genItemKeys = []string{"content", "text", "arguments", "output", "type", "role", "Content", "TEXT", "include_usage", "con\\u0074ent"}
+	genStrings  = []string{``, `a`, `abcd`, `Hello, world!`, `\n`, `\u00e9`, `\ud83d\ude00`, `\ud800`, `\udc00\ud800`, "\xff", "caf\xc3\xa9", `\"`, `\\`, `\/`, "\xed\xa0\x80", `12`}
+	genNumbers  = []string{`0`, `1`, `2`, `-1`, `-0`, `1.5`, `1e3`, `256`, `9223372036854775807`, `9223372036854775808`, `100000000000000000000`}
+	genLits     = []string{`null`, `true`, `false`}
+)
+
+func (g *bodyGen) pick(list []string) string { return list[g.next()%len(list)] }
+
+// value writes a value: item says it is where parts or items go.
+func (g *bodyGen) value(sb *strings.Builder, depth int) {
+	kind := g.next() % 8
+	if depth > 10 && kind >= 5 {
+		kind %= 5
+	}
+	switch kind {
+	case 0, 1:
+		sb.WriteString(`"` + g.pick(genStrings) + `"`)
+	case 2:
+		sb.WriteString(g.pick(genNumbers))
+	case 3:
+		sb.WriteString(g.pick(genLits))
+	case 4:
+		if g.next()%4 == 0 { // a stray byte: mostly malformed
+			sb.WriteByte(byte(g.next()))
+		} else {
+			sb.WriteString(`"` + g.pick(genStrings) + g.pick(genStrings) + `"`)
+		}
+	case 5, 6:
+		sb.WriteByte('[')
+		for j := range g.next() % 4 {
+			if j > 0 {
+				sb.WriteByte(',')
+			}
+			g.value(sb, depth+1)
+		}
+		sb.WriteByte(']')
+	default:
+		g.object(sb, depth+1, false)
+	}
+}
+
+func (g *bodyGen) object(sb *strings.Builder, depth int, top bool) {
+	keys := genItemKeys
+	if top {
+		keys = genTopKeys
+	}
+	sb.WriteByte('{')
+	n := g.next() % 6
+	if top {
+		n = 1 + g.next()%8
+	}
+	for j := range n {
+		if j > 0 {
+			sb.WriteString(",")
+		}
+		if g.next()%5 == 0 {
+			sb.WriteString(" ")
+		}
+		sb.WriteString(`"` + g.pick(keys) + `":`)
+		g.value(sb, depth)
+	}
+	sb.WriteByte('}')
+}
