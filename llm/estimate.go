@@ -2,12 +2,10 @@ package llm
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"strings"
 
 	"github.com/rampmeter/ratelimit"
@@ -186,7 +184,9 @@ func failingCost(err error) ratelimit.CostFunc {
 func approxTokens(s string) int64 { return (int64(len(s)) + 3) / 4 }
 
 // OpenAIBody is an OpenAI-style JSON request body as ReadOpenAIBody parsed
-// it. Treat it as read-only: it is shared by every reader of the request.
+// it. Treat it as read-only: it is shared by every reader of the request,
+// and its strings (Model, Texts) may share memory with Raw, so modifying
+// Raw would change them.
 type OpenAIBody struct {
 	// Raw is the body as received. The handler may forward it upstream
 	// (see IncludeStreamUsage); r.Body also reads it again.
@@ -251,14 +251,27 @@ func satAdd(a, b int64) int64 { return min(maxEstimate, a+min(b, maxEstimate)) }
 
 // cachedBody is the r.Body that ReadOpenAIBody leaves behind: the body
 // again, and its parse, so that later readers neither read nor parse it
-// twice. Close does nothing (the server closes the original body).
+// twice. Close does nothing (the server closes the original body). It also
+// holds the parse's storage (parsed, and texts for the first text pieces),
+// so that a typical body costs one allocation besides its bytes.
 type cachedBody struct {
-	*bytes.Reader
-	body *OpenAIBody
-	err  error
+	bytes.Reader
+	body   *OpenAIBody
+	err    error
+	parsed OpenAIBody
+	texts  [4]string
 }
 
 func (*cachedBody) Close() error { return nil }
+
+// parse parses raw into c's storage with the scanner, or, for a body the
+// scanner leaves to it, with encoding/json.
+func (c *cachedBody) parse(raw []byte) (*OpenAIBody, error) {
+	if scanOpenAIBody(bytes.TrimSpace(raw), &c.parsed, c.texts[:0]) {
+		return &c.parsed, nil
+	}
+	return parseOpenAIBodyJSON(raw)
+}
 
 // ReadOpenAIBody reads r's body once, at most maxBytes bytes, parses it as
 // an OpenAI-style JSON request (see OpenAIBody) and puts it back in r.Body
@@ -290,10 +303,9 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 	var raw []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		var err error
-		raw, err = io.ReadAll(io.LimitReader(r.Body, maxBytes+1))
-		var mbe *http.MaxBytesError
+		raw, err = readBody(r.Body, r.ContentLength, maxBytes)
 		switch {
-		case errors.As(err, &mbe) || int64(len(raw)) > maxBytes:
+		case int64(len(raw)) > maxBytes || err != nil && isMaxBytesError(err):
 			return nil, bodyTooLarge(maxBytes)
 		case err != nil:
 			return nil, &ratelimit.StatusError{Code: http.StatusBadRequest,
@@ -301,13 +313,57 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 				Err:     fmt.Errorf("%w: reading the body: %w", ErrInvalidBody, err)}
 		}
 	}
-	body, err := parseOpenAIBody(raw)
+	c := &cachedBody{}
+	c.Reset(raw)
+	body, err := c.parse(raw)
 	if err != nil {
 		body = nil
 		err = invalidBody(err)
 	}
-	r.Body = &cachedBody{Reader: bytes.NewReader(raw), body: body, err: err}
+	c.body, c.err = body, err
+	r.Body = c
 	return body, err
+}
+
+// readBody reads body as io.ReadAll(io.LimitReader(body, maxBytes+1))
+// does, into a buffer sized from the announced size (r.ContentLength) when
+// there is one, so that a body of the announced size costs one allocation
+// and no copy.
+func readBody(body io.Reader, size, maxBytes int64) ([]byte, error) {
+	n := int64(512) // io.ReadAll's first buffer
+	if size > 0 {
+		n = min(size, 64<<10) + 1 // + 1: room to see io.EOF without growing
+	}
+	buf := make([]byte, 0, n)
+	left := maxBytes + 1 // as io.LimitReader's N (wraps like it for MaxInt64)
+	for {
+		if left <= 0 {
+			return buf, nil // io.LimitReader's io.EOF
+		}
+		p := buf[len(buf):cap(buf)]
+		if int64(len(p)) > left {
+			p = p[:left]
+		}
+		m, err := body.Read(p)
+		buf = buf[:len(buf)+m]
+		left -= int64(m)
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return buf, err
+		}
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow as io.ReadAll does
+		}
+	}
+}
+
+// isMaxBytesError says whether err is http.MaxBytesReader's (apart, so
+// that its target escapes only on this rare path).
+func isMaxBytesError(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
 }
 
 func bodyTooLarge(maxBytes int64) error {
@@ -323,252 +379,4 @@ func bodyTooLarge(maxBytes int64) error {
 func invalidBody(err error) error {
 	why := strings.TrimPrefix(err.Error(), ErrInvalidBody.Error()+": ")
 	return &ratelimit.StatusError{Code: http.StatusBadRequest, Message: "The request body is invalid: " + why + ".", Err: err}
-}
-
-// wireBody is the JSON shape read. Polymorphic fields stay raw.
-type wireBody struct {
-	Model               string          `json:"model"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       json.RawMessage `json:"stream_options"`
-	Instructions        string          `json:"instructions"`
-	System              json.RawMessage `json:"system"`
-	Messages            []wireItem      `json:"messages"`
-	Input               json.RawMessage `json:"input"`
-	Prompt              json.RawMessage `json:"prompt"`
-	Tools               json.RawMessage `json:"tools"`
-	Functions           json.RawMessage `json:"functions"`
-	MaxTokens           *int64          `json:"max_tokens"`
-	MaxCompletionTokens *int64          `json:"max_completion_tokens"`
-	MaxOutputTokens     *int64          `json:"max_output_tokens"`
-	N                   *int64          `json:"n"`
-}
-
-// wireItem is a message, a content part or an input item: every field that
-// carries text the model reads as prompt.
-type wireItem struct {
-	Content   json.RawMessage `json:"content"`
-	Text      *string         `json:"text"`
-	Output    json.RawMessage `json:"output"`
-	Arguments *string         `json:"arguments"`
-}
-
-// maxNesting bounds how deep content parts may nest (a tool result's
-// content holding parts holding content ...).
-const maxNesting = 8
-
-func parseOpenAIBody(raw []byte) (*OpenAIBody, error) {
-	raw = bytes.TrimSpace(raw)
-	switch {
-	case len(raw) == 0:
-		return nil, fmt.Errorf("%w: the body is empty; expected a JSON object", ErrInvalidBody)
-	case raw[0] != '{':
-		return nil, fmt.Errorf("%w: the body must be a JSON object", ErrInvalidBody)
-	}
-	var w wireBody
-	if err := json.Unmarshal(raw, &w); err != nil {
-		return nil, jsonError(err)
-	}
-	b := &OpenAIBody{Raw: raw, Model: w.Model, Stream: w.Stream, N: 1}
-	switch firstByte(w.StreamOptions) {
-	case 0, 'n':
-	case '{':
-		var so struct {
-			IncludeUsage bool `json:"include_usage"`
-		}
-		if err := json.Unmarshal(w.StreamOptions, &so); err != nil {
-			return nil, jsonError(err)
-		}
-		b.IncludeUsage = so.IncludeUsage
-	default:
-		return nil, fmt.Errorf("%w: \"stream_options\" must be an object", ErrInvalidBody)
-	}
-	for _, c := range []struct {
-		name string
-		v    *int64
-	}{{"max_tokens", w.MaxTokens}, {"max_completion_tokens", w.MaxCompletionTokens}, {"max_output_tokens", w.MaxOutputTokens}} {
-		if c.v == nil {
-			continue
-		}
-		if *c.v < 0 {
-			return nil, fmt.Errorf("%w: %q must be ≥ 0, got %d", ErrInvalidBody, c.name, *c.v)
-		}
-		b.MaxOutputTokens = max(b.MaxOutputTokens, *c.v)
-		b.HasMaxOutput = true
-	}
-	if w.N != nil {
-		if *w.N < 1 {
-			return nil, fmt.Errorf("%w: \"n\" must be ≥ 1, got %d", ErrInvalidBody, *w.N)
-		}
-		b.N = *w.N
-	}
-	if w.Instructions != "" {
-		b.Texts = append(b.Texts, w.Instructions)
-	}
-	if err := b.addContent("system", w.System, 0); err != nil {
-		return nil, err
-	}
-	for i := range w.Messages {
-		if err := b.addItem("messages", &w.Messages[i], 0); err != nil {
-			return nil, err
-		}
-	}
-	if err := b.addInput("input", w.Input); err != nil {
-		return nil, err
-	}
-	if err := b.addInput("prompt", w.Prompt); err != nil {
-		return nil, err
-	}
-	for _, t := range []json.RawMessage{w.Tools, w.Functions} {
-		if len(t) > 0 && string(t) != "null" {
-			b.Texts = append(b.Texts, string(t))
-		}
-	}
-	return b, nil
-}
-
-// jsonError turns an encoding/json error into a message for clients.
-func jsonError(err error) error {
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &syn):
-		return fmt.Errorf("%w: malformed JSON at byte %d: %s", ErrInvalidBody, syn.Offset, syn.Error())
-	case errors.As(err, &typ):
-		return fmt.Errorf("%w: %q must be %s, not a JSON %s", ErrInvalidBody, typ.Field, jsonKind(typ.Type), typ.Value)
-	default:
-		return fmt.Errorf("%w: %s", ErrInvalidBody, err.Error())
-	}
-}
-
-// jsonKind names the JSON kind that decodes into t.
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Pointer:
-		return jsonKind(t.Elem())
-	default:
-		return "an object"
-	}
-}
-
-func firstByte(raw json.RawMessage) byte {
-	for _, c := range raw {
-		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
-			return c
-		}
-	}
-	return 0
-}
-
-// addContent adds a "content" (or "system"): a string, an array of parts
-// or strings, or null.
-func (b *OpenAIBody) addContent(field string, raw json.RawMessage, depth int) error {
-	switch firstByte(raw) {
-	case 0, 'n':
-		return nil
-	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return jsonError(err)
-		}
-		b.Texts = append(b.Texts, s)
-		return nil
-	case '[':
-		if depth >= maxNesting {
-			return fmt.Errorf("%w: %q nests content more than %d levels deep", ErrInvalidBody, field, maxNesting)
-		}
-		var parts []json.RawMessage
-		if err := json.Unmarshal(raw, &parts); err != nil {
-			return jsonError(err)
-		}
-		for _, p := range parts {
-			switch firstByte(p) {
-			case '"':
-				if err := b.addContent(field, p, depth+1); err != nil {
-					return err
-				}
-			case '{':
-				var it wireItem
-				if err := json.Unmarshal(p, &it); err != nil {
-					return fmt.Errorf("%w: a part of %q: %w", ErrInvalidBody, field, jsonError(err))
-				}
-				if err := b.addItem(field, &it, depth+1); err != nil {
-					return err
-				}
-			default:
-				return fmt.Errorf("%w: the parts of %q must be objects or strings", ErrInvalidBody, field)
-			}
-		}
-		return nil
-	default:
-		return fmt.Errorf("%w: %q must be a string, an array of content parts or null", ErrInvalidBody, field)
-	}
-}
-
-// addItem adds the text of a message, content part or input item.
-func (b *OpenAIBody) addItem(field string, it *wireItem, depth int) error {
-	if it.Text != nil {
-		b.Texts = append(b.Texts, *it.Text)
-	}
-	if it.Arguments != nil {
-		b.Texts = append(b.Texts, *it.Arguments)
-	}
-	if err := b.addContent(field, it.Content, depth); err != nil {
-		return err
-	}
-	return b.addContent(field, it.Output, depth)
-}
-
-// addInput adds "input" or "prompt": a string, an array of strings, token
-// IDs, arrays of token IDs or input items, or null.
-func (b *OpenAIBody) addInput(field string, raw json.RawMessage) error {
-	switch firstByte(raw) {
-	case 0, 'n':
-		return nil
-	case '"':
-		return b.addContent(field, raw, 0)
-	case '[':
-	default:
-		return fmt.Errorf("%w: %q must be a string or an array", ErrInvalidBody, field)
-	}
-	var items []json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return jsonError(err)
-	}
-	for _, it := range items {
-		switch c := firstByte(it); {
-		case c == '"':
-			if err := b.addContent(field, it, 0); err != nil {
-				return err
-			}
-		case c == '-' || c >= '0' && c <= '9':
-			b.TokenIDs++ // one token ID
-		case c == '[':
-			var ids []json.Number
-			if err := json.Unmarshal(it, &ids); err != nil {
-				return fmt.Errorf("%w: %q: an array inside it must hold token IDs (integers)", ErrInvalidBody, field)
-			}
-			b.TokenIDs += int64(len(ids))
-		case c == '{':
-			var item wireItem
-			if err := json.Unmarshal(it, &item); err != nil {
-				return fmt.Errorf("%w: an item of %q: %w", ErrInvalidBody, field, jsonError(err))
-			}
-			if err := b.addItem(field, &item, 0); err != nil {
-				return err
-			}
-		default:
-			return fmt.Errorf("%w: the items of %q must be strings, token IDs or objects", ErrInvalidBody, field)
-		}
-	}
-	return nil
 }

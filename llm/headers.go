@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/rampmeter/ratelimit"
 )
@@ -106,45 +107,111 @@ const (
 
 type openAIHeaders struct{ retryHints }
 
+// openAIFields holds the values of OpenAIHeaders' fields for one response:
+// vs, the values, point into buf, their bytes, so that a response's fields
+// cost one allocation.
+type openAIFields struct {
+	vs  [6]string
+	buf [112]byte // 2 × (2 × 19 digits + a duration); append moves on if ever short
+}
+
 func (w openAIHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 	w.write(h, res)
-	if d := mostRestrictive(res.Decisions, ratelimit.Requests); d != nil {
-		vs := fields(d, openAIDuration(d.Reset))
-		h["X-Ratelimit-Limit-Requests"], h["X-Ratelimit-Remaining-Requests"], h["X-Ratelimit-Reset-Requests"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	ds := [2]*ratelimit.Decision{mostRestrictive(res.Decisions, ratelimit.Requests), mostRestrictive(res.Decisions, ratelimit.Tokens)}
+	if ds[0] == nil && ds[1] == nil {
+		return
 	}
-	if d := mostRestrictive(res.Decisions, ratelimit.Tokens); d != nil {
-		vs := fields(d, openAIDuration(d.Reset))
+	f := new(openAIFields)
+	var ends [6]int
+	b, n := f.buf[:0], 0
+	for _, d := range ds {
+		if d != nil {
+			b = appendOpenAIDuration(appendCounts(b, d, ends[n:n+2]), d.Reset)
+			ends[n+2] = len(b)
+			n += 3
+		}
+	}
+	splitFields(f.vs[:n], b, ends[:n])
+	vs := f.vs[:]
+	if ds[0] != nil {
+		h["X-Ratelimit-Limit-Requests"], h["X-Ratelimit-Remaining-Requests"], h["X-Ratelimit-Reset-Requests"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+		vs = vs[3:]
+	}
+	if ds[1] != nil {
 		h["X-Ratelimit-Limit-Tokens"], h["X-Ratelimit-Remaining-Tokens"], h["X-Ratelimit-Reset-Tokens"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
 	}
 }
 
 type anthropicHeaders struct{ retryHints }
 
+// anthropicFields is openAIFields for AnthropicHeaders' four units.
+type anthropicFields struct {
+	vs  [12]string
+	buf [240]byte // 4 × (2 × 19 digits + an RFC 3339 time); append moves on if ever short
+}
+
+// anthropicNames are the names of AnthropicHeaders' fields, by unit.
+var anthropicNames = [4][3]string{
+	{"Anthropic-Ratelimit-Requests-Limit", "Anthropic-Ratelimit-Requests-Remaining", "Anthropic-Ratelimit-Requests-Reset"},
+	{"Anthropic-Ratelimit-Tokens-Limit", "Anthropic-Ratelimit-Tokens-Remaining", "Anthropic-Ratelimit-Tokens-Reset"},
+	{"Anthropic-Ratelimit-Input-Tokens-Limit", "Anthropic-Ratelimit-Input-Tokens-Remaining", "Anthropic-Ratelimit-Input-Tokens-Reset"},
+	{"Anthropic-Ratelimit-Output-Tokens-Limit", "Anthropic-Ratelimit-Output-Tokens-Remaining", "Anthropic-Ratelimit-Output-Tokens-Reset"},
+}
+
 func (w anthropicHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 	w.write(h, res)
-	if d := mostRestrictive(res.Decisions, ratelimit.Requests); d != nil {
-		vs := fields(d, anthropicReset(d))
-		h["Anthropic-Ratelimit-Requests-Limit"], h["Anthropic-Ratelimit-Requests-Remaining"], h["Anthropic-Ratelimit-Requests-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	var ds [4]*ratelimit.Decision
+	found := false
+	for i, u := range [4]ratelimit.Unit{ratelimit.Requests, ratelimit.Tokens, InputTokens, OutputTokens} {
+		ds[i] = mostRestrictive(res.Decisions, u)
+		found = found || ds[i] != nil
 	}
-	if d := mostRestrictive(res.Decisions, ratelimit.Tokens); d != nil {
-		vs := fields(d, anthropicReset(d))
-		h["Anthropic-Ratelimit-Tokens-Limit"], h["Anthropic-Ratelimit-Tokens-Remaining"], h["Anthropic-Ratelimit-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	if !found {
+		return
 	}
-	if d := mostRestrictive(res.Decisions, InputTokens); d != nil {
-		vs := fields(d, anthropicReset(d))
-		h["Anthropic-Ratelimit-Input-Tokens-Limit"], h["Anthropic-Ratelimit-Input-Tokens-Remaining"], h["Anthropic-Ratelimit-Input-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	f := new(anthropicFields)
+	var ends [12]int
+	b, n := f.buf[:0], 0
+	for _, d := range ds {
+		if d != nil {
+			b = appendAnthropicReset(appendCounts(b, d, ends[n:n+2]), d)
+			ends[n+2] = len(b)
+			n += 3
+		}
 	}
-	if d := mostRestrictive(res.Decisions, OutputTokens); d != nil {
-		vs := fields(d, anthropicReset(d))
-		h["Anthropic-Ratelimit-Output-Tokens-Limit"], h["Anthropic-Ratelimit-Output-Tokens-Remaining"], h["Anthropic-Ratelimit-Output-Tokens-Reset"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+	splitFields(f.vs[:n], b, ends[:n])
+	vs := f.vs[:]
+	for i, d := range ds {
+		if d != nil {
+			names := &anthropicNames[i]
+			h[names[0]], h[names[1]], h[names[2]] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
+			vs = vs[3:]
+		}
 	}
 }
 
-// fields returns the limit, remaining and reset values of d in one backing
-// array; the callers slice it with capacity limits, so that an Add to one
-// field cannot overwrite the next.
-func fields(d *ratelimit.Decision, reset string) []string {
-	return []string{strconv.FormatInt(d.Limit.Burst(), 10), strconv.FormatInt(max(0, d.Remaining), 10), reset}
+// appendCounts appends d's limit (its Burst) and remaining count
+// (max(0, Remaining)) to b, and their ends in b to ends.
+func appendCounts(b []byte, d *ratelimit.Decision, ends []int) []byte {
+	b = strconv.AppendInt(b, d.Limit.Burst(), 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, max(0, d.Remaining), 10)
+	ends[1] = len(b)
+	return b
+}
+
+// splitFields sets vs to the pieces of b that end at ends. b is not
+// written again: the strings share its bytes (as strings.Builder's do).
+func splitFields(vs []string, b []byte, ends []int) {
+	if len(b) == 0 {
+		return
+	}
+	s := unsafe.String(unsafe.SliceData(b), len(b))
+	start := 0
+	for i, end := range ends {
+		vs[i] = s[start:end]
+		start = end
+	}
 }
 
 // mostRestrictive returns the enforced decision of unit u with the fewest
@@ -166,21 +233,23 @@ func mostRestrictive(ds []ratelimit.Decision, u ratelimit.Unit) *ratelimit.Decis
 	return b
 }
 
-// openAIDuration formats d as OpenAI's reset fields do: a Go duration
-// string, rounded up to whole milliseconds ("864ms", "1m26.4s", "6m0s").
-func openAIDuration(d time.Duration) string {
+// appendOpenAIDuration appends d as OpenAI's reset fields give it: a Go
+// duration string, rounded up to whole milliseconds ("864ms", "1m26.4s",
+// "6m0s").
+func appendOpenAIDuration(b []byte, d time.Duration) []byte {
 	if d <= 0 {
-		return "0s"
+		return append(b, "0s"...)
 	}
-	return ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()
+	// Duration.String is inlined: its string stays on the stack here.
+	return append(b, ((d + time.Millisecond - 1) / time.Millisecond * time.Millisecond).String()...)
 }
 
-// anthropicReset formats the time at which d's limit is full again as
+// appendAnthropicReset appends the time at which d's limit is full again as
 // RFC 3339 in UTC, rounded up to whole seconds.
-func anthropicReset(d *ratelimit.Decision) string {
+func appendAnthropicReset(b []byte, d *ratelimit.Decision) []byte {
 	at := time.UnixMicro(d.At).Add(d.Reset)
 	if r := at.Truncate(time.Second); !r.Equal(at) {
 		at = r.Add(time.Second)
 	}
-	return at.UTC().Format(time.RFC3339)
+	return at.UTC().AppendFormat(b, time.RFC3339)
 }
