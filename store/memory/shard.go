@@ -92,9 +92,8 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 
 // get returns the slot of the entry of key (hashing to h) under l, whose
 // ID is id, and loads its state into *st, or returns none and leaves *st
-// alone if there is none. The caller reads l.ID() once per request:
-// Limit's accessors have value receivers, so each call through a *Limit
-// copies the whole Limit. The shard must be locked.
+// alone if there is none. The caller reads the ID once per request
+// (Request.LimitID). The shard must be locked.
 //
 // An expired entry is equivalent to absence: get leaves *st alone for it
 // too, and returns its slot with stale true. The caller then either stores
@@ -328,7 +327,7 @@ func gcd(a, b int) int {
 // isIn reports whether the entry named n belongs to one of reqs.
 func isIn(n *name, reqs []ratelimit.Request) bool {
 	for i := range reqs {
-		if reqs[i].Key == n.key && reqs[i].Limit.ID() == n.limit {
+		if reqs[i].Key == n.key && reqs[i].LimitID() == n.limit {
 			return true
 		}
 	}
