@@ -29,11 +29,13 @@ func (l *Limit) TakeAt(s *State, now, cost int64) (d Decision) {
 }
 
 // TakeTo is TakeAt writing the Decision to *d (overwriting all of it)
-// instead of returning it, for a store's hot path: a caller that stores a
-// returned Decision copies it once more, and the copy reads back, 16 bytes
-// at a time, the 8-byte fields just spilled, which defeats the CPU's
+// instead of returning it, for a store's hot path, and it returns
+// l.ExpiresAt(s) for the state it leaves, which a bucket computes on the
+// way (Reset needs the same division). A caller that stores a returned
+// Decision copies it once more, and the copy reads back, 16 bytes at a
+// time, the 8-byte fields just spilled, which defeats the CPU's
 // store-to-load forwarding (it cost a tenth of a decision of store/memory).
-func (l *Limit) TakeTo(s *State, now, cost int64, d *Decision) {
+func (l *Limit) TakeTo(s *State, now, cost int64, d *Decision) (expires int64) {
 	// The algorithms fill in d in place: a Decision is 64 bytes, and
 	// passing it up by value costs more than the arithmetic.
 	*d = Decision{}
@@ -49,9 +51,14 @@ func (l *Limit) TakeTo(s *State, now, cost int64, d *Decision) {
 	case CalendarWindow:
 		l.calendarTake(s, now, cost, d)
 	default: // TokenBucket, LeakyBucket
-		l.bucketTake(s, now, cost, d)
+		// ExpiresAt is Updated + ⌈Level/drain⌉, the Reset of the level
+		// left: bucketTake returns it.
+		expires = s.Updated + l.bucketTake(s, now, cost, d)
+		d.Limit, d.At = l, now
+		return expires
 	}
 	d.Limit, d.At = l, now
+	return l.ExpiresAt(s)
 }
 
 // AdjustAt applies Adjust's rule for one limit at now to *s, for usage
@@ -230,7 +237,10 @@ func (l *Limit) ClockStepped(s *State, now int64) bool {
 // admitted request's Delay is the time until the queue ahead of it has
 // drained: its slot (the "leaky bucket as a queue" of Tanenbaum, Computer
 // Networks, §5.4).
-func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) {
+//
+// It returns ⌈Level/drain⌉ for the level it leaves: the µs until the
+// bucket is full again (Reset before the lag is added).
+func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) (refill int64) {
 	now, lag := bucketStep(s, now)
 	l.drainTo(s, now)
 	switch {
@@ -245,8 +255,9 @@ func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) {
 		}
 		s.Level += cost * l.scale
 	}
-	l.describeBucket(s.Level, d)
+	refill = l.describeBucket(s.Level, d)
 	addLag(d, lag)
+	return refill
 }
 
 func (l *Limit) bucketAdjust(s *State, now, delta int64, d *Decision) {
@@ -299,12 +310,15 @@ func (l *Limit) drainTo(s *State, now int64) {
 	s.Updated = now
 }
 
-// describeBucket sets d's Remaining and Reset for a bucket at level.
-func (l *Limit) describeBucket(level int64, d *Decision) {
+// describeBucket sets d's Remaining and Reset for a bucket at level, and
+// returns Reset in µs, ⌈level/drain⌉.
+func (l *Limit) describeBucket(level int64, d *Decision) (refill int64) {
 	if level < l.capacity {
 		d.Remaining = (l.capacity - level) / l.scale
 	}
-	d.Reset = micros(ceilDiv(level, l.drain))
+	refill = ceilDiv(level, l.drain)
+	d.Reset = micros(refill)
+	return refill
 }
 
 // GCRA (ITU-T I.371 "virtual scheduling"; Brandur Leach, "Rate Limiting,

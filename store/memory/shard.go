@@ -114,12 +114,13 @@ func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st
 	return i, false
 }
 
-// store commits one entry of an admitted call: the state st under l if the
-// call charged it, otherwise nothing, and the deletion of the entry if get
-// found it stale. The shard must be locked.
-func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool, st *ratelimit.State, l *ratelimit.Limit, now int64, protect []ratelimit.Request) {
+// store commits one entry of an admitted call: the state st under l,
+// which expires at expires (l.ExpiresAt(st)), if the call charged it,
+// otherwise nothing, and the deletion of the entry if get found it stale.
+// The shard must be locked.
+func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool, st *ratelimit.State, expires int64, l *ratelimit.Limit, now int64, protect []ratelimit.Request) {
 	if charged {
-		sh.put(h, key, id, slot, st, l.ExpiresAt(st), now, protect)
+		sh.put(h, key, id, slot, st, expires, now, protect)
 	} else {
 		sh.leave(h, key, id, slot, stale, l, now)
 	}
