@@ -406,3 +406,77 @@ func TestClockStepped(t *testing.T) {
 		assert.Equal(t, c.want, moved, "%s: TakeAt rebased", c.name)
 	}
 }
+
+// TestTakeToIsTakeAt: TakeTo writes TakeAt's Decision over whatever *d
+// held and returns ExpiresAt of the state it leaves, for every algorithm,
+// on states reached by random Takes and Adjusts with a clock that jumps
+// forward (up to 1000 periods) and steps back (within the tolerance and
+// beyond it).
+func TestTakeToIsTakeAt(t *testing.T) {
+	limits := []Limit{
+		Every(7, 3*time.Second).WithBurst(5),
+		PerMinute(1_000_000_000), // drain 50, scale 3
+		PerSecond(1 << 30),       // drain 2^24, scale 15625
+		PerSecond(10).WithAlgorithm(GCRA),
+		Every(7, 3*time.Second).WithAlgorithm(LeakyBucket),
+		Every(7, 3*time.Second).WithAlgorithm(SlidingWindow),
+		Every(7, 3*time.Second).WithAlgorithm(SlidingLog),
+		Every(7, 3*time.Second).WithAlgorithm(FixedWindow),
+		Concurrent(3, time.Minute),
+		PerCalendarDay(100, time.UTC),
+	}
+	for _, l := range limits {
+		require.NoError(t, l.Err())
+		rng := rand.New(rand.NewPCG(3, 5))
+		var s State
+		now := t0
+		period := l.Period().Microseconds()
+		for step := range 3000 {
+			switch rng.IntN(10) {
+			case 0:
+				now -= rng.Int64N(2 * stepTolUS) // a step back, either side of the tolerance
+			case 1:
+				now += rng.Int64N(1000 * period)
+			default:
+				now += rng.Int64N(period / 2)
+			}
+			cost := rng.Int64N(l.burstOf() + 2)
+			if rng.IntN(4) == 0 {
+				l.AdjustFrom(&s, now, 0, cost)
+				continue
+			}
+			want := s
+			wantD := l.TakeAt(&want, now, cost)
+			got := s
+			gotD := Decision{Allowed: true, Remaining: -1, Reset: -1, RetryAfter: -1, Delay: -1, At: -1}
+			exp := l.TakeTo(&got, now, cost, &gotD)
+			require.Equal(t, wantD, gotD, "%v step %d", l, step)
+			require.Equal(t, want, got, "%v step %d", l, step)
+			require.Equal(t, l.ExpiresAt(&want), exp, "%v step %d", l, step)
+			s = got
+		}
+	}
+}
+
+// TestDrainToMatchesDivision: drainTo's product comparison drains exactly
+// when elapsed ≥ ⌈Level/drain⌉, the rule it replaced, including products
+// that overflow int64.
+func TestDrainToMatchesDivision(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 200_000 {
+		l := Limit{drain: 1 + rng.Int64N(1<<uint(rng.IntN(62)))}
+		level := rng.Int64N(maxLevel + 1)
+		if i%7 == 0 {
+			level = -rng.Int64N(1 << 40) // a level below 0 drains to 0
+		}
+		elapsed := 1 + rng.Int64N(1<<uint(rng.IntN(62)))
+		want := level - elapsed*l.drain
+		if elapsed >= level || elapsed >= ceilDiv(level, l.drain) {
+			want = 0
+		}
+		s := State{Level: level, Updated: 1}
+		l.drainTo(&s, 1+elapsed)
+		require.Equal(t, want, s.Level, "level %d drain %d elapsed %d", level, l.drain, elapsed)
+		require.Equal(t, 1+elapsed, s.Updated)
+	}
+}

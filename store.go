@@ -37,6 +37,12 @@ type Request struct {
 	At int64
 }
 
+// LimitID returns r.Limit.ID() without copying the Limit, for a store's
+// hot path: Limit's accessors have value receivers, so r.Limit.ID()
+// copies the whole Limit (about 200 bytes) at every call. r.Limit must
+// not be nil.
+func (r *Request) LimitID() string { return r.Limit.id }
+
 // Decision is a Store's answer for one Request.
 type Decision struct {
 	// Limit is the policy decided (the Request's Limit).

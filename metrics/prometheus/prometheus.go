@@ -433,8 +433,17 @@ func (m *Metrics) SetCircuitState(name string, open bool) {
 // long as the Hooks and the wrapper come from the same Metrics). The
 // wrapper has the Store methods and Unwrap, which returns s: keep s to
 // call anything else on it (Close, Key).
+//
+// The wrapper forwards the optional interfaces the Limiter's hot path
+// uses: it is a ratelimit.SingleTaker exactly when s is (its TakeOne
+// calls and measures s's, as Take does), and it is as NonBlocking as s
+// (measuring a call waits for nothing).
 func (m *Metrics) InstrumentStore(s ratelimit.Store) ratelimit.Store {
-	return &instrumented{s: s, m: m}
+	i := &instrumented{s: s, m: m}
+	if one, ok := s.(ratelimit.SingleTaker); ok {
+		return &instrumentedOne{instrumented: i, one: one}
+	}
+	return i
 }
 
 // maxUnwrap bounds the walk down a chain of wrapping stores, should one
@@ -445,8 +454,15 @@ const maxUnwrap = 32
 // wrapper InstrumentStore of m returned.
 func (m *Metrics) wraps(s ratelimit.Store) bool {
 	for range maxUnwrap {
-		if i, ok := s.(*instrumented); ok && i.m == m {
-			return true
+		switch i := s.(type) {
+		case *instrumented:
+			if i.m == m {
+				return true
+			}
+		case *instrumentedOne:
+			if i.m == m {
+				return true
+			}
 		}
 		u, ok := s.(interface{ Unwrap() ratelimit.Store })
 		if !ok {
@@ -486,3 +502,25 @@ func observe(ok, failed prometheus.Observer, err error, d time.Duration) {
 
 // Unwrap returns the store the wrapper measures.
 func (i *instrumented) Unwrap() ratelimit.Store { return i.s }
+
+// NonBlocking implements ratelimit.NonBlocking: the answer of the store
+// measured (false if it does not say), since measuring waits for nothing.
+func (i *instrumented) NonBlocking() bool {
+	nb, ok := i.s.(ratelimit.NonBlocking)
+	return ok && nb.NonBlocking()
+}
+
+// instrumentedOne is instrumented for a store that is a SingleTaker.
+type instrumentedOne struct {
+	*instrumented
+	one ratelimit.SingleTaker // the store measured, as a SingleTaker
+}
+
+// TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
+// and records its duration as a Take's.
+func (i *instrumentedOne) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	start := i.m.now()
+	d, err := i.one.TakeOne(ctx, r)
+	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
+	return d, err
+}

@@ -475,3 +475,33 @@ func BenchmarkInstrumentStore(b *testing.B) {
 		}
 	}
 }
+
+// InstrumentStore forwards the optional interfaces of the hot path: a
+// SingleTaker store gives a SingleTaker wrapper whose TakeOne is measured
+// like a Take, any other store a wrapper that is not one; NonBlocking is
+// the measured store's answer.
+func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	require.NoError(t, err)
+	mem, err := memory.New()
+	require.NoError(t, err)
+
+	w := m.InstrumentStore(mem)
+	one, ok := w.(ratelimit.SingleTaker)
+	require.True(t, ok, "memory is a SingleTaker, so is its wrapper")
+	assert.True(t, w.(ratelimit.NonBlocking).NonBlocking())
+	l := ratelimit.PerMinute(2)
+	d, err := one.TakeOne(context.Background(), ratelimit.Request{Key: "k", Limit: &l, Cost: 1})
+	require.NoError(t, err)
+	assert.True(t, d.Allowed)
+	assert.Equal(t, int64(1), d.Remaining)
+	assert.Equal(t, uint64(1), durationCounts(t, reg, "rampmeter_store_duration_seconds")["take/ok"], "TakeOne measured as a Take")
+	assert.True(t, m.wraps(w))
+
+	slow := m.InstrumentStore(&slowStore{s: mem, c: &clock{}})
+	_, ok = slow.(ratelimit.SingleTaker)
+	assert.False(t, ok, "a store that is no SingleTaker gives a wrapper that is none")
+	assert.False(t, slow.(ratelimit.NonBlocking).NonBlocking(), "a store that does not say may block")
+	assert.True(t, m.wraps(slow))
+}

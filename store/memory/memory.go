@@ -107,13 +107,12 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 // TakeOne implements ratelimit.SingleTaker: it decides r as Take does a
 // call of one request, with the same errors, and allocates nothing when
 // the entry exists (the Limiter calls it for a request of one limit).
-func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
-	var out [1]ratelimit.Decision
-	if err := check(ctx, (&[1]ratelimit.Request{r})[:], out[:], true); err != nil {
+func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (d ratelimit.Decision, err error) {
+	if err := check(ctx, unsafe.Slice(&r, 1), unsafe.Slice(&d, 1), true); err != nil {
 		return ratelimit.Decision{}, err
 	}
-	s.one(&r, &out[0], true)
-	return out[0], nil
+	s.one(&r, &d, true)
+	return d, nil
 }
 
 // NonBlocking implements ratelimit.NonBlocking: it returns true, since a
@@ -252,37 +251,35 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
 		sh.mu.Lock()
 		now = sh.advance(now)
 	}
-	id := l.ID()
+	id := r.LimitID()
 	var st ratelimit.State
 	slot, stale := sh.get(h, r.Key, id, l, now, &st)
+	var expires int64
 	if take {
-		*d = l.TakeAt(&st, now, r.Cost)
+		expires = l.TakeTo(&st, now, r.Cost, d)
 	} else {
 		*d = l.AdjustFrom(&st, now, r.At, r.Cost)
+		expires = l.ExpiresAt(&st)
 	}
 	if d.Allowed && r.Cost != 0 {
-		sh.put(h, r.Key, id, slot, &st, l.ExpiresAt(&st), now, nil)
+		sh.put(h, r.Key, id, slot, &st, expires, now, nil)
 	} else {
 		sh.leave(h, r.Key, id, slot, stale, l, now)
 	}
 	sh.mu.Unlock()
 }
 
-// decide applies r to *st at now and writes the Decision to *d. It is a
-// function of its own, not inlined, because the compiler then copies
-// TakeAt's result into *d once; in the loop of many it copied it twice,
-// through a second temporary. Every copy of a Decision just returned is
-// costly: the caller spills the result registers field by field and the
-// copy reads them back 16 bytes at a time, which defeats store-to-load
-// forwarding (the copy was 5-8% of the profiles).
-//
-//go:noinline
-func decide(r *ratelimit.Request, st *ratelimit.State, now int64, take bool, d *ratelimit.Decision) {
+// decide applies r to *st at now, writes the Decision to *d and returns
+// when the state it leaves expires (Limit.ExpiresAt): TakeTo
+// writes it in place, where a copy of a returned Decision would read back
+// the fields just spilled, 16 bytes at a time, defeating store-to-load
+// forwarding (5-8% of the profiles).
+func decide(r *ratelimit.Request, st *ratelimit.State, now int64, take bool, d *ratelimit.Decision) (expires int64) {
 	if take {
-		*d = r.Limit.TakeAt(st, now, r.Cost)
-	} else {
-		*d = r.Limit.AdjustFrom(st, now, r.At, r.Cost)
+		return r.Limit.TakeTo(st, now, r.Cost, d)
 	}
+	*d = r.Limit.AdjustFrom(st, now, r.At, r.Cost)
+	return r.Limit.ExpiresAt(st)
 }
 
 // pending is the work of one request in a stack: id is its limit's ID,
@@ -292,13 +289,14 @@ func decide(r *ratelimit.Request, st *ratelimit.State, now int64, take bool, d *
 // and stale whether that slot holds an expired entry (see shard.get), and
 // dirty reports whether some request of the stack charges it.
 type pending struct {
-	st    ratelimit.State
-	id    string // the request's Limit.ID()
-	hash  uint64
-	first int32
-	slot  int32
-	stale bool
-	dirty bool
+	st      ratelimit.State
+	expires int64  // when st expires (Limit.ExpiresAt), after the stack's last request on it
+	id      string // the request's Limit.ID() (Request.LimitID)
+	hash    uint64
+	first   int32
+	slot    int32
+	stale   bool
+	dirty   bool
 }
 
 // stack decides a stack of requests atomically: two requests by two, up
@@ -323,7 +321,7 @@ func (s *Store) stack(reqs []ratelimit.Request, out []ratelimit.Decision, take b
 // and eviction protection, for exactly two requests.
 func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take bool) {
 	a, b := &reqs[0], &reqs[1]
-	idA, idB := a.Limit.ID(), b.Limit.ID()
+	idA, idB := a.LimitID(), b.LimitID()
 	hA := s.hash(a.Key)
 	hB := hA
 	if !sameString(a.Key, b.Key) {
@@ -347,21 +345,14 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 	dA, dB := &out[0], &out[1]
 	var stA, stB ratelimit.State
 	slotA, staleA := shA.get(hA, a.Key, idA, a.Limit, now, &stA)
-	if take {
-		*dA = a.Limit.TakeAt(&stA, now, a.Cost)
-	} else {
-		*dA = a.Limit.AdjustFrom(&stA, now, a.At, a.Cost)
-	}
+	expA := decide(a, &stA, now, take, dA)
 	slotB, staleB, wB := slotA, staleA, &stA
 	if !dup {
 		slotB, staleB = shB.get(hB, b.Key, idB, b.Limit, now, &stB)
 		wB = &stB
 	}
-	if take {
-		*dB = b.Limit.TakeAt(wB, now, b.Cost)
-	} else {
-		*dB = b.Limit.AdjustFrom(wB, now, b.At, b.Cost)
-	}
+	// For a dup, expB is the expiry of the entry after both requests.
+	expB := decide(b, wB, now, take, dB)
 
 	switch {
 	case take && !(dA.Allowed && dB.Allowed):
@@ -375,7 +366,7 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 		}
 	case dup:
 		if a.Cost != 0 || b.Cost != 0 {
-			shA.put(hA, a.Key, idA, slotA, &stA, a.Limit.ExpiresAt(&stA), now, reqs)
+			shA.put(hA, a.Key, idA, slotA, &stA, expB, now, reqs)
 		} else {
 			shA.leave(hA, a.Key, idA, slotA, staleA, a.Limit, now)
 		}
@@ -386,11 +377,11 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 		// entry of the call.
 		chA, chB := a.Cost != 0, b.Cost != 0
 		if slotB != none && slotA == none {
-			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, b.Limit, now, reqs)
-			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, a.Limit, now, reqs)
+			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, expB, b.Limit, now, reqs)
+			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, expA, a.Limit, now, reqs)
 		} else {
-			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, a.Limit, now, reqs)
-			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, b.Limit, now, reqs)
+			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, expA, a.Limit, now, reqs)
+			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, expB, b.Limit, now, reqs)
 		}
 	}
 
@@ -438,7 +429,7 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bo
 		}
 		locked = insertSorted(locked, uint32(p[i].hash&s.mask))
 		p[i].first = int32(i)
-		p[i].id = r.Limit.ID()
+		p[i].id = r.LimitID()
 		if index != nil {
 			k := entryKey{r.Key, p[i].id}
 			if j, dup := index[k]; dup {
@@ -468,7 +459,7 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bo
 			w.slot, w.stale = s.shards[w.hash&s.mask].get(w.hash, r.Key, w.id, r.Limit, now, &w.st)
 		}
 		d := &out[i]
-		decide(r, &w.st, now, take, d)
+		w.expires = decide(r, &w.st, now, take, d)
 		all = all && d.Allowed
 		if r.Cost != 0 {
 			w.dirty = true
@@ -485,7 +476,7 @@ func (s *Store) many(reqs []ratelimit.Request, out []ratelimit.Decision, take bo
 			for i := range reqs {
 				if w := &p[i]; w.first == int32(i) && (w.slot == none) == inserting {
 					r := &reqs[i]
-					s.shards[w.hash&s.mask].store(w.hash, r.Key, w.id, w.slot, w.stale, w.dirty, &w.st, r.Limit, now, reqs)
+					s.shards[w.hash&s.mask].store(w.hash, r.Key, w.id, w.slot, w.stale, w.dirty, &w.st, w.expires, r.Limit, now, reqs)
 				}
 			}
 		}

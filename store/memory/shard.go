@@ -92,9 +92,8 @@ func (sh *shard) find(h uint64, key, limitID string) int32 {
 
 // get returns the slot of the entry of key (hashing to h) under l, whose
 // ID is id, and loads its state into *st, or returns none and leaves *st
-// alone if there is none. The caller reads l.ID() once per request:
-// Limit's accessors have value receivers, so each call through a *Limit
-// copies the whole Limit. The shard must be locked.
+// alone if there is none. The caller reads the ID once per request
+// (Request.LimitID). The shard must be locked.
 //
 // An expired entry is equivalent to absence: get leaves *st alone for it
 // too, and returns its slot with stale true. The caller then either stores
@@ -115,12 +114,13 @@ func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st
 	return i, false
 }
 
-// store commits one entry of an admitted call: the state st under l if the
-// call charged it, otherwise nothing, and the deletion of the entry if get
-// found it stale. The shard must be locked.
-func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool, st *ratelimit.State, l *ratelimit.Limit, now int64, protect []ratelimit.Request) {
+// store commits one entry of an admitted call: the state st under l,
+// which expires at expires (l.ExpiresAt(st)), if the call charged it,
+// otherwise nothing, and the deletion of the entry if get found it stale.
+// The shard must be locked.
+func (sh *shard) store(h uint64, key, id string, slot int32, stale, charged bool, st *ratelimit.State, expires int64, l *ratelimit.Limit, now int64, protect []ratelimit.Request) {
 	if charged {
-		sh.put(h, key, id, slot, st, l.ExpiresAt(st), now, protect)
+		sh.put(h, key, id, slot, st, expires, now, protect)
 	} else {
 		sh.leave(h, key, id, slot, stale, l, now)
 	}
@@ -328,7 +328,7 @@ func gcd(a, b int) int {
 // isIn reports whether the entry named n belongs to one of reqs.
 func isIn(n *name, reqs []ratelimit.Request) bool {
 	for i := range reqs {
-		if reqs[i].Key == n.key && reqs[i].Limit.ID() == n.limit {
+		if reqs[i].Key == n.key && reqs[i].LimitID() == n.limit {
 			return true
 		}
 	}
