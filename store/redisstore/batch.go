@@ -124,10 +124,11 @@ func (b *batcher) flush(batch []*batchCall) {
 		defer cancel()
 	}
 
-	// evalsha sha numkeys, every call's keys, then "b" now margin calls,
+	// fcall name (or evalsha sha) numkeys, every call's keys, then "b" now margin calls,
 	// and per call: mode, n, its requests' arguments.
 	args := make([]any, 0, 3+nkeys+4+2*len(live)+nargs)
-	args = append(args, "evalsha", scriptHash, nkeys)
+	verb, name := b.s.verb()
+	args = append(args, verb, name, nkeys)
 	for _, c := range live {
 		args = append(args, c.args[3:3+c.n]...)
 	}
