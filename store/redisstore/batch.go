@@ -31,7 +31,7 @@ type batcher struct {
 // batchCall is one Store call waiting for its batch.
 type batchCall struct {
 	ctx   context.Context
-	args  []any // the call's own EVALSHA command, as run built it
+	args  []any // the call's own FCALL (or EVALSHA) command, as run built it
 	n     int   // its requests
 	reply string
 	err   error
