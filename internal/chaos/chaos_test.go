@@ -113,6 +113,10 @@ var scenarios = []scenario{
 		must(t, admin.ScriptFlush(t.Context()).Err()) // NOSCRIPT: the store sends EVAL
 		return nil
 	}},
+	{name: "function-flush", clean: true, inject: func(t *testing.T, _ *Server, admin *redis.Client) func() {
+		must(t, admin.FunctionFlush(t.Context()).Err()) // Function not found: the store loads the library again
+		return nil
+	}},
 	{name: "flushall", losses: 1, clean: true, inject: func(t *testing.T, _ *Server, admin *redis.Client) func() {
 		must(t, admin.FlushAll(t.Context()).Err())
 		return nil

@@ -103,8 +103,9 @@ func (p *faultProxy) count(names ...string) int {
 	return n
 }
 
-// scripts returns how many EVALSHA and EVAL commands the proxy received.
-func (p *faultProxy) scripts() int { return p.count("evalsha", "eval") }
+// scripts returns how many script calls (FCALL, EVALSHA, EVAL) the proxy
+// received.
+func (p *faultProxy) scripts() int { return p.count("fcall", "evalsha", "eval") }
 
 // accepted returns how many connections the proxy has accepted.
 func (p *faultProxy) accepted() int {
@@ -197,7 +198,7 @@ func (p *faultProxy) requests(c *proxyConn) {
 		if c.cut.Load() {
 			continue
 		}
-		reset := mode == resettingScripts && (name == "evalsha" || name == "eval")
+		reset := mode == resettingScripts && (name == "fcall" || name == "evalsha" || name == "eval")
 		switch {
 		case mode == swallowing:
 			c.cut.Store(true)

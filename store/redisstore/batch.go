@@ -31,7 +31,7 @@ type batcher struct {
 // batchCall is one Store call waiting for its batch.
 type batchCall struct {
 	ctx   context.Context
-	args  []any // the call's own EVALSHA command, as run built it
+	args  []any // the call's own FCALL (or EVALSHA) command, as run built it
 	n     int   // its requests
 	reply string
 	err   error
@@ -124,10 +124,11 @@ func (b *batcher) flush(batch []*batchCall) {
 		defer cancel()
 	}
 
-	// evalsha sha numkeys, every call's keys, then "b" now margin calls,
+	// fcall name (or evalsha sha) numkeys, every call's keys, then "b" now margin calls,
 	// and per call: mode, n, its requests' arguments.
 	args := make([]any, 0, 3+nkeys+4+2*len(live)+nargs)
-	args = append(args, "evalsha", scriptHash, nkeys)
+	verb, name := b.s.verb()
+	args = append(args, verb, name, nkeys)
 	for _, c := range live {
 		args = append(args, c.args[3:3+c.n]...)
 	}

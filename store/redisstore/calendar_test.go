@@ -98,7 +98,7 @@ func TestCalendarRedisClock(t *testing.T) {
 func evals(cmds []string) []string {
 	var out []string
 	for _, c := range cmds {
-		if c == "evalsha" || c == "eval" {
+		if c == "fcall" || c == "evalsha" || c == "eval" {
 			out = append(out, c)
 		}
 	}

@@ -81,10 +81,10 @@ func (pinKeys) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 
 func (h pinKeys) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if name := cmd.Name(); name != "evalsha" && name != "eval" {
+		if name := cmd.Name(); name != "fcall" && name != "evalsha" && name != "eval" {
 			return next(ctx, cmd)
 		}
-		args := cmd.Args() // evalsha sha numkeys key... arg...
+		args := cmd.Args() // fcall name (evalsha sha) numkeys key... arg...
 		n, _ := args[2].(int)
 		_, _ = h.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			_ = p.Process(ctx, cmd)

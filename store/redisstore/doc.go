@@ -13,10 +13,21 @@
 //
 // # One round trip
 //
-// Take and Adjust each run one Lua script (ratelimit.lua, embedded) with
-// EVALSHA, whatever the number of stacked limits; when the server does not
-// have the script cached (after SCRIPT FLUSH, a restart or a failover)
-// go-redis sends it once with EVAL. The script decides every request in
+// Take and Adjust each run one Lua script (ratelimit.lua, embedded),
+// whatever the number of stacked limits: on Redis 7 and later as a Redis
+// Function (FCALL), whose library the store loads with FUNCTION LOAD (on
+// every master of a Cluster) the first time a server answers "Function not
+// found" (a new server, FUNCTION FLUSH, a node that never had it), so that
+// the script's helpers are built once per server instead of once per call.
+// Where FCALL is not available (Redis before 7, miniredis, an ACL that
+// denies FCALL or FUNCTION) the store sends the script with EVALSHA from
+// then on, and when the server does not have it cached (after SCRIPT
+// FLUSH, a restart or a failover) once with EVAL. A call that a server
+// refuses before running it because it may write (READONLY on a replica,
+// OOM under maxmemory) is sent again as EVALSHA, which Redis lets start,
+// so that refusals, which write nothing, are still decided there. Each of
+// these errors says the call did not run, so sending it again is no
+// replay. The script decides every request in
 // order and, for Take, writes only if all are allowed, so a stacked Take is
 // atomic: a request refused by its tokens-per-day limit charges nothing to
 // its requests-per-minute limit.
@@ -133,8 +144,8 @@
 // then another, up to MaxRedirects times. Two such errors are ambiguous
 // for a script that writes: a connection closed after the command was sent
 // (io.EOF), and a socket read timeout (ReadTimeout). The store sends its
-// EVALSHA (and EVAL, when the server answers NOSCRIPT, which means the
-// script did not run) as a command whose NoRetry method returns true, and
+// FCALL (and FUNCTION LOAD and FCALL again, EVALSHA or EVAL, after the
+// answers above that mean the script did not run) as a command whose NoRetry method returns true, and
 // every retry loop of go-redis gives up on such a command rather than
 // re-send it, unless the failure happened before it was written. MOVED and
 // ASK redirects, which say the script did not run, are followed. So the

@@ -33,7 +33,7 @@ var (
 //
 //   - the server cannot be reached or answers an error (a wrong address,
 //     wrong credentials, a Cluster slot that is moving);
-//   - the script cannot be loaded or run (EVALSHA and EVAL denied by an ACL,
+//   - the script cannot be loaded or run (FCALL, EVALSHA and EVAL denied by an ACL,
 //     scripting disabled, a server without Lua);
 //   - the server refuses writes: a read-only replica (a Sentinel or
 //     ElastiCache reader endpoint), or an out-of-memory server under

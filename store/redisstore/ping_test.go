@@ -94,7 +94,7 @@ func TestPingFails(t *testing.T) {
 		assert.Contains(t, err.Error(), "READONLY")
 	})
 	t.Run("scripts denied", func(t *testing.T) {
-		srv := chaos.StartRedis(t, "--user", "pinger", "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha")
+		srv := chaos.StartRedis(t, "--user", "pinger", "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha", "-fcall", "-function")
 		client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "pinger", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1})
 		defer client.Close()
 		s, err := redisstore.New(client)

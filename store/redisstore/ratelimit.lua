@@ -7,7 +7,9 @@
 -- package tests compare the two step by step. Each Lua function below names
 -- the Go function it mirrors.
 --
--- Call (one EVALSHA per Store.Take or Store.Adjust, however many limits):
+-- Call (one FCALL of the library's function per Store.Take or Store.Adjust,
+-- however many limits, or EVALSHA of this script where Redis has no
+-- Functions; see the Entry section at the end):
 --   KEYS[i]   state key of request i (the keys of one caller share a hash
 --             tag; a key may repeat, and repeats apply in order)
 --   ARGV[1]   "t" = Take (all or nothing), "a" = Adjust (no check)
@@ -79,11 +81,14 @@
 -- default since Redis 5, the only mode since 7) makes it safe. The function
 -- is deprecated since Redis 7; the guard keeps the script working should a
 -- later version drop it.
+-- A Redis Function library (Redis 7+, effects replication only) must not
+-- look it up at all: the Go side leaves this line out of the library.
 if redis.replicate_commands then pcall(redis.replicate_commands) end
 
 local MAX_LEVEL = 4503599627370496 -- 2^52, ratelimit.maxLevel
 
 local floor, max, min = math.floor, math.max, math.min
+local format, match, gmatch = string.format, string.match, string.gmatch
 
 -- floordiv returns floor(a/b) exactly for integers 0 <= a, 0 < b with
 -- a + b < 2^53 (every caller satisfies this). a/b is rounded to the nearest
@@ -494,7 +499,8 @@ local function log_append(runs, now, n)
   runs[#runs + 1] = {now, n}
 end
 
--- describeLog.
+-- describeLog, and describeSlots of the concurrency cap (remaining = cap
+-- - held, reset = until the newest slot's hold ends), which is the same.
 local function describe_log(runs, now, p)
   local remaining = max(0, p.quota - log_count(runs))
   local reset = 0
@@ -589,17 +595,6 @@ local function slots_insert(runs, now, n)
   end
 end
 
--- describeSlots: remaining = cap - held, reset = until the newest slot's
--- hold ends.
-local function describe_slots(runs, now, p)
-  local remaining = max(0, p.quota - log_count(runs))
-  local reset = 0
-  if #runs > 0 then
-    reset = runs[#runs][1] + p.period - now
-  end
-  return remaining, reset
-end
-
 -- slotsTake. Returns allowed, retry, delay.
 local function slots_take(st, now, cost, p)
   st[1] = slots_held(st[1], now, p)
@@ -671,28 +666,28 @@ local function decode(v, p)
   end
   local st
   if a == 't' or a == 'l' or a == 'f' or a == 'F' then
-    local l, u = string.match(v, '^(%d+):(%-?%d+)$')
+    local l, u = match(v, '^(%d+):(%-?%d+)$')
     if l then
       st = {tonumber(l), tonumber(u), 0}
     end
   elseif a == 'g' then
     -- "<tat>:<updated>", or "<tat>" as written before the last change
     -- was kept (updated 0: no step can be seen).
-    local t, u = string.match(v, '^(%-?%d+):(%-?%d+)$')
+    local t, u = match(v, '^(%-?%d+):(%-?%d+)$')
     if not t then
-      t, u = string.match(v, '^(%-?%d+)$'), '0'
+      t, u = match(v, '^(%-?%d+)$'), '0'
     end
     if t then
       st = {tonumber(t), tonumber(u), 0}
     end
   elseif a == 's' or a == 'k' then
-    local l, u, pr = string.match(v, '^(%d+):(%-?%d+):(%d+)$')
+    local l, u, pr = match(v, '^(%d+):(%-?%d+):(%d+)$')
     if l then
       st = {tonumber(l), tonumber(u), tonumber(pr)}
     end
   elseif a == 'o' or a == 'c' then
     local runs = {}
-    for t, n in string.gmatch(v, '(%-?%d+):(%d+)') do
+    for t, n in gmatch(v, '(%-?%d+):(%d+)') do
       runs[#runs + 1] = {tonumber(t), tonumber(n)}
     end
     if #runs > 0 then
@@ -708,17 +703,17 @@ end
 local function encode(st, p)
   local a = p.algo
   if a == 'g' then
-    return string.format('%d:%d', st[1], st[2])
+    return format('%d:%d', st[1], st[2])
   elseif a == 's' or a == 'k' then
-    return string.format('%d:%d:%d', st[1], st[2], st[3])
+    return format('%d:%d:%d', st[1], st[2], st[3])
   elseif a == 'o' or a == 'c' then
     local parts = {}
     for i, r in ipairs(st[1]) do
-      parts[i] = string.format('%d:%d', r[1], r[2])
+      parts[i] = format('%d:%d', r[1], r[2])
     end
     return table.concat(parts, ',')
   end
-  return string.format('%d:%d', st[1], st[2])
+  return format('%d:%d', st[1], st[2])
 end
 
 -- ---- Calendar window ----
@@ -743,7 +738,7 @@ local calendar_outside = false
 local function cal_bounds(p)
   if not p.bounds then
     local b = {}
-    for v in string.gmatch(p.rest or '', ':(%-?%d+)') do
+    for v in gmatch(p.rest or '', ':(%-?%d+)') do
       b[#b + 1] = tonumber(v)
     end
     for i = #b + 1, 4 do
@@ -890,31 +885,34 @@ end
 -- reset, retry, delay.
 local function take(st, now, cost, p)
   local a = p.algo
-  local allowed, retry, delay, remaining, reset
-  if a == 'g' then
+  if a == 't' or a == 'l' then
+    local t, lag = bucket_step(st, now)
+    local allowed, retry, delay = bucket_take(st, t, cost, p)
+    local remaining, reset = describe_bucket(st, p)
+    retry, reset, delay = add_lag(retry, reset, delay, lag)
+    return allowed, remaining, reset, retry, delay
+  elseif a == 'g' then
     local t, lag = gcra_step(st, now)
     local b = gcra_bucket(st, t)
-    allowed, retry, delay = bucket_take(b, t, cost, p)
-    remaining, reset = describe_bucket(b, p)
+    local allowed, retry, delay = bucket_take(b, t, cost, p)
+    local remaining, reset = describe_bucket(b, p)
     gcra_state(b, st, t)
     retry, reset, delay = add_lag(retry, reset, delay, lag)
-  elseif a == 'o' then
-    allowed, retry, delay = log_take(st, now, cost, p)
-    remaining, reset = describe_log(st[1], now, p)
-  elseif a == 'c' then
-    allowed, retry, delay = slots_take(st, now, cost, p)
-    remaining, reset = describe_slots(st[1], now, p)
-  elseif a == 't' or a == 'l' then
-    local t, lag = bucket_step(st, now)
-    allowed, retry, delay = bucket_take(st, t, cost, p)
-    remaining, reset = describe_bucket(st, p)
-    retry, reset, delay = add_lag(retry, reset, delay, lag)
+    return allowed, remaining, reset, retry, delay
   elseif a == 'k' then
     return calendar_take(st, now, cost, p)
+  end
+  local allowed, retry, delay
+  if a == 'o' then
+    allowed, retry, delay = log_take(st, now, cost, p)
+  elseif a == 'c' then
+    allowed, retry, delay = slots_take(st, now, cost, p)
   else
     allowed, retry, delay = window_take(st, now, cost, p)
-    remaining, reset = describe_window(st, now, p)
+    local remaining, reset = describe_window(st, now, p)
+    return allowed, remaining, reset, retry, delay
   end
+  local remaining, reset = describe_log(st[1], now, p)
   return allowed, remaining, reset, retry, delay
 end
 
@@ -922,7 +920,7 @@ end
 local function adjust(st, now, charged_at, delta, p)
   if p.algo == 'c' then -- charged_at names a slot: used as given
     slots_adjust(st, now, charged_at, delta, p)
-    return describe_slots(st[1], now, p)
+    return describe_log(st[1], now, p)
   end
   if charged_at <= 0 or charged_at > now then
     charged_at = now
@@ -957,7 +955,7 @@ end
 -- parse_params decodes a request's params string (see the header) into the
 -- table the algorithm functions read, or nil if it is malformed.
 local function parse_params(s)
-  local a, sc, dr, bu, qu, pe, rest = string.match(s, '^(%a)(%d+):(%d+):(%d+):(%d+):(%d+)(.*)$')
+  local a, sc, dr, bu, qu, pe, rest = match(s, '^(%a)(%d+):(%d+):(%d+):(%d+):(%d+)(.*)$')
   if not a then
     return nil
   end
@@ -969,7 +967,7 @@ end
 -- as a list of numbers, for algorithms that need more parameters.
 local function param_fields(p)
   local f = {}
-  for v in string.gmatch(p.rest, ':(%-?%d+)') do
+  for v in gmatch(p.rest, ':(%-?%d+)') do
     f[#f + 1] = tonumber(v)
   end
   return f
@@ -977,7 +975,7 @@ end
 
 -- reply_of formats the five results of one request for the reply string.
 local function reply_of(allowed, remaining, reset, retry, delay)
-  return string.format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+  return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
 end
 
 -- store writes st, the charged state of key under p, with its expiry, or
@@ -1005,25 +1003,27 @@ end
 
 -- ---- Main ----
 
-local now
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
-  -- seconds x 1e6 + microseconds: about 1.8e15 today, exact until the
-  -- year 2255 (2^53 µs).
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-else
-  now = tonumber(ARGV[2])
-end
-local margin = tonumber(ARGV[3])
+-- The call being decided: its clock (µs), its expiry margin (ms), its
+-- KEYS and ARGV. run sets them first; Redis runs one call at a time.
+local now, margin, KEYS_, ARGV_
 
--- Parsed params by params string, shared by every request of the script
--- call that has the same limit: the algorithm functions only read p.
-local parsed = {}
+-- Parsed params by params string: the algorithm functions only read p
+-- (cal_bounds adds p.bounds, a function of the string). As a Redis Function
+-- the table outlives the call, so a limit's params are parsed once per
+-- server, not once per call; it is emptied when it holds MAX_PARSED
+-- strings (calendar params change every period).
+local MAX_PARSED = 512
+local parsed, nparsed = {}, 0
 local function params_of(s)
   local p = parsed[s]
   if not p then
     p = parse_params(s)
-    parsed[s] = p
+    if p then
+      if nparsed >= MAX_PARSED then
+        parsed, nparsed = {}, 0
+      end
+      parsed[s], nparsed = p, nparsed + 1
+    end
   end
   return p
 end
@@ -1047,7 +1047,7 @@ end
 -- the call. The flag is cleared for the next call of a batch.
 local function calendar_outside_error()
   calendar_outside = false
-  return string.format('ERR rampmeter: clock outside calendar bounds at %d', now)
+  return format('ERR rampmeter: clock outside calendar bounds at %d', now)
 end
 
 local function malformed_state(key)
@@ -1057,8 +1057,8 @@ local function malformed_state(key)
 end
 
 -- decide decides one Store call of n requests, a Take (all or nothing)
--- when is_take, else an Adjust: request i has the key KEYS[kb + i] and its
--- arguments from ARGV[ab + 1 + stride (i - 1)]. It returns the call's reply
+-- when is_take, else an Adjust: request i has the key KEYS_[kb + i] and its
+-- arguments from ARGV_[ab + 1 + stride (i - 1)]. It returns the call's reply
 -- string, or nil and an error message.
 local function decide(kb, ab, n, is_take)
   local stride = 3 -- arguments per request
@@ -1069,12 +1069,12 @@ local function decide(kb, ab, n, is_take)
     -- One request, the common case: no bookkeeping of repeated keys. A
     -- refused Take leaves st uncharged, so its remaining and reset are
     -- already those of the stored state at now.
-    local key = KEYS[kb + 1]
-    local p = params_of(ARGV[ab + 1])
+    local key = KEYS_[kb + 1]
+    local p = params_of(ARGV_[ab + 1])
     if not p then
       return nil, malformed_params(1)
     end
-    local cost = tonumber(ARGV[ab + 2])
+    local cost = tonumber(ARGV_[ab + 2])
     local v, err = get(key)
     if err then
       return nil, err
@@ -1087,7 +1087,7 @@ local function decide(kb, ab, n, is_take)
     if is_take then
       allowed, remaining, reset, retry, delay = take(st, now, cost, p)
     else
-      remaining, reset = adjust(st, now, tonumber(ARGV[ab + 3]), cost, p)
+      remaining, reset = adjust(st, now, tonumber(ARGV_[ab + 3]), cost, p)
     end
     if calendar_outside then
       return nil, calendar_outside_error()
@@ -1100,7 +1100,7 @@ local function decide(kb, ab, n, is_take)
         return nil, err
       end
     end
-    return string.format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+    return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
   end
 
   -- Per request: its params; per distinct key (by the first request on it):
@@ -1112,20 +1112,20 @@ local function decide(kb, ab, n, is_take)
   local refused = false
 
   for i = 1, n do
-    local key = KEYS[kb + i]
+    local key = KEYS_[kb + i]
     local b = ab + 1 + stride * (i - 1)
-    local p = params_of(ARGV[b])
+    local p = params_of(ARGV_[b])
     if not p then
       return nil, malformed_params(i)
     end
-    local cost = tonumber(ARGV[b + 1])
+    local cost = tonumber(ARGV_[b + 1])
     params[i] = p
 
     -- The first request on this key: calls stack a handful of limits, for
     -- which a look-back beats a table keyed by key name.
     local f = i
     for j = 1, i - 1 do
-      if KEYS[kb + j] == key then
+      if KEYS_[kb + j] == key then
         f = first[j]
         break
       end
@@ -1152,7 +1152,7 @@ local function decide(kb, ab, n, is_take)
         refused = true
       end
     else
-      remaining, reset = adjust(st, now, tonumber(ARGV[b + 2]), cost, p)
+      remaining, reset = adjust(st, now, tonumber(ARGV_[b + 2]), cost, p)
     end
     if calendar_outside then
       return nil, calendar_outside_error()
@@ -1176,7 +1176,7 @@ local function decide(kb, ab, n, is_take)
       local peek = decode(v or nil, p)
       local _, remaining, reset = take(peek, now, 0, p)
       if peek.stepped and first[i] == i then
-        local err = store(KEYS[kb + i], peek, p, v, now, margin)
+        local err = store(KEYS_[kb + i], peek, p, v, now, margin)
         if err then
           return nil, err
         end
@@ -1188,7 +1188,7 @@ local function decide(kb, ab, n, is_take)
     for i = 1, n do
       local p = dirty[i]
       if p then
-        local err = store(KEYS[kb + i], work[i], p, raw[i], now, margin)
+        local err = store(KEYS_[kb + i], work[i], p, raw[i], now, margin)
         if err then
           return nil, err
         end
@@ -1196,7 +1196,7 @@ local function decide(kb, ab, n, is_take)
     end
   end
 
-  local out = {string.format('%d', now)}
+  local out = {format('%d', now)}
   for i = 1, n do
     local r = results[i]
     out[i + 1] = reply_of(r[1], r[2], r[3], r[4], r[5])
@@ -1204,34 +1204,58 @@ local function decide(kb, ab, n, is_take)
   return table.concat(out, ' ')
 end
 
-if ARGV[1] ~= 'b' then
-  local r, err = decide(0, 3, #KEYS, ARGV[1] == 't')
-  if not r then
-    return redis.error_reply(err)
+-- run decides one script call (a Store call, or a batch) of keys and argv
+-- (the KEYS and ARGV of the header) and returns its reply.
+local function run(keys, argv)
+  KEYS_, ARGV_ = keys, argv
+  calendar_outside = false
+  if argv[2] == '' then
+    local t = redis.call('TIME')
+    -- seconds x 1e6 + microseconds: about 1.8e15 today, exact until the
+    -- year 2255 (2^53 µs).
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  else
+    now = tonumber(argv[2])
   end
-  return r
+  margin = tonumber(argv[3])
+
+  if argv[1] ~= 'b' then
+    local r, err = decide(0, 3, #keys, argv[1] == 't')
+    if not r then
+      return redis.error_reply(err)
+    end
+    return r
+  end
+
+  -- A batch (WithPipelining): ARGV[4] calls, each given by its mode ("t" or
+  -- "a") and its number of requests n, then its requests' arguments; its
+  -- keys follow the previous call's in KEYS. The calls are decided in order,
+  -- each as if alone, at one now: a call that fails (a malformed state, a key
+  -- of another type, a write Redis refuses) fails alone, with what it may
+  -- have written, as a lone call would. The reply is one line per call: the
+  -- call's reply, or "!" and the error message.
+  local replies = {}
+  local kb, ab = 0, 4
+  for c = 1, tonumber(argv[4]) do
+    local is_take = argv[ab + 1] == 't'
+    local n = tonumber(argv[ab + 2])
+    ab = ab + 2
+    local r, err = decide(kb, ab, n, is_take)
+    replies[c] = r or ('!' .. err)
+    kb = kb + n
+    if is_take then
+      ab = ab + 2 * n
+    else
+      ab = ab + 3 * n
+    end
+  end
+  return table.concat(replies, '\n')
 end
 
--- A batch (WithPipelining): ARGV[4] calls, each given by its mode ("t" or
--- "a") and its number of requests n, then its requests' arguments; its
--- keys follow the previous call's in KEYS. The calls are decided in order,
--- each as if alone, at one now: a call that fails (a malformed state, a key
--- of another type, a write Redis refuses) fails alone, with what it may
--- have written, as a lone call would. The reply is one line per call: the
--- call's reply, or "!" and the error message.
-local replies = {}
-local kb, ab = 0, 4
-for c = 1, tonumber(ARGV[4]) do
-  local is_take = ARGV[ab + 1] == 't'
-  local n = tonumber(ARGV[ab + 2])
-  ab = ab + 2
-  local r, err = decide(kb, ab, n, is_take)
-  replies[c] = r or ('!' .. err)
-  kb = kb + n
-  if is_take then
-    ab = ab + 2 * n
-  else
-    ab = ab + 3 * n
-  end
-end
-return table.concat(replies, '\n')
+-- ---- Entry ----
+-- As a script (EVALSHA, EVAL) the call's KEYS and ARGV are globals and the
+-- last line runs it. As a Redis Function (FCALL, Redis 7+) the Go side loads
+-- this file as a library: it adds the "#!lua name=..." line and puts
+-- redis.register_function in place of the last line, so every definition
+-- above runs once, at FUNCTION LOAD, instead of once per call.
+return run(KEYS, ARGV)

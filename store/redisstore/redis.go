@@ -234,6 +234,10 @@ type Store struct {
 	seed      maphash.Seed               // of the cache's hashes
 	ap        *redis.AutoPipeliner       // WithPipelining on a Cluster: the client's async autopipeliner
 	batch     *batcher                   // WithPipelining on one server
+
+	// noFunctions: the server cannot run the script as a Redis Function
+	// (see fcallRefused), so every call is sent as a script (EVALSHA).
+	noFunctions atomic.Bool
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -481,17 +485,19 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 // (rare, and costly to keep) are hashed on every call.
 const maxCachedKey = 256
 
-// command builds the EVALSHA command of a call of reqs in mode "t" or "a":
-// evalsha, sha, numkeys, the keys, then ARGV (see ratelimit.lua).
+// command builds the command of a call of reqs in mode "t" or "a": fcall,
+// the function's name (or evalsha, the script's SHA-1), numkeys, the keys,
+// then ARGV (see ratelimit.lua).
 func (s *Store) command(reqs []ratelimit.Request, mode string) ([]any, error) {
 	n := len(reqs)
 	stride := 2 // arguments per request: params, cost (Take); params, cost, at (Adjust)
 	if mode != "t" {
 		stride = 3
 	}
-	// The whole command: evalsha, sha, numkeys, keys, then ARGV.
+	// The whole command: fcall, name, numkeys, keys, then ARGV.
 	args := make([]any, 3+n, 3+n+3+stride*n)
-	args[0], args[1], args[2] = "evalsha", scriptHash, n
+	args[0], args[1] = s.verb()
+	args[2] = n
 	args = append(args, mode, "", s.marginArg)
 	if s.now != nil {
 		args[3+n+1] = ratelimit.Micros(s.now())
@@ -600,19 +606,32 @@ type onceCmd struct{ *redis.StringCmd }
 // NoRetry tells go-redis not to re-send the command.
 func (onceCmd) NoRetry() bool { return true }
 
-// evalOne runs the script once: EVALSHA, then EVAL when the server does
-// not have the script cached (NOSCRIPT means it did not run, so sending
-// EVAL is no replay), each sent at most once. args is the whole EVALSHA
-// command.
+// verb returns the first two words of a call's command: fcall and the
+// function's name, or evalsha and the script's SHA-1 once the server has
+// shown that it cannot run Functions.
+func (s *Store) verb() (string, string) {
+	if s.noFunctions.Load() {
+		return "evalsha", scriptHash
+	}
+	return "fcall", funcName
+}
+
+// evalOne runs the script once. args is the whole command, as command
+// builds it: FCALL of the store's function, or EVALSHA. A call that did
+// not run is sent again, which is no replay: after "Function not found"
+// the library is loaded (FUNCTION LOAD) and FCALL sent again; when the
+// server refused FCALL (fcallRefused) the call is sent as EVALSHA; after
+// NOSCRIPT it is sent as EVAL with the script's source. Each command is
+// sent at most once.
 func (s *Store) evalOne(ctx context.Context, args []any) (string, error) {
-	run := func() *redis.StringCmd {
+	run := func(args []any) *redis.StringCmd {
 		cmd := redis.NewStringCmd(ctx, args...)
 		cmd.SetFirstKeyPos(3) // routes the call to the keys' slot or shard
 		_ = s.client.Process(ctx, onceCmd{cmd})
 		return cmd
 	}
 	if s.ap != nil {
-		run = func() *redis.StringCmd {
+		run = func(args []any) *redis.StringCmd {
 			cmd := redis.NewStringCmd(ctx, args...)
 			cmd.SetFirstKeyPos(3)
 			f := s.ap.Submit(ctx, onceCmd{cmd})
@@ -627,11 +646,34 @@ func (s *Store) evalOne(ctx context.Context, args []any) (string, error) {
 			return cmd
 		}
 	}
-	cmd := run()
-	if err := cmd.Err(); err != nil && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
-		args = slices.Clone(args) // the first command's, which a hook may still hold
+	cmd := run(args)
+	err := cmd.Err()
+	if err != nil && args[0] == "fcall" {
+		sticky, refused := fcallRefused(err)
+		missing := !refused && functionMissing(err)
+		if missing {
+			if lerr := s.loadFunction(ctx); lerr != nil {
+				if sticky, refused = fcallRefused(lerr); !refused {
+					return "", fmt.Errorf("loading the Redis Function library: %w", lerr)
+				}
+			}
+		}
+		if sticky {
+			s.noFunctions.Store(true)
+		}
+		if missing || refused {
+			args = slices.Clone(args) // the first command's, which a hook may still hold
+			if refused {
+				args[0], args[1] = "evalsha", scriptHash
+			}
+			cmd = run(args)
+			err = cmd.Err()
+		}
+	}
+	if err != nil && args[0] == "evalsha" && (errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")) {
+		args = slices.Clone(args)
 		args[0], args[1] = "eval", luaSource
-		cmd = run()
+		cmd = run(args)
 	}
 	return cmd.Result()
 }

@@ -82,7 +82,7 @@ func (b *blackHole) handle(c net.Conn) {
 			return
 		}
 		switch strings.ToLower(args[0]) {
-		case "evalsha", "eval":
+		case "fcall", "evalsha", "eval":
 			b.evals.Add(1)
 			if b.close {
 				return

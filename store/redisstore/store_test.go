@@ -33,11 +33,13 @@ func stack(t testing.TB, n int) []*ratelimit.Limit {
 	return ls
 }
 
-// TestOneRoundTrip counts the commands a Take or Adjust sends: one EVALSHA
-// however many limits are stacked, plus one EVAL only right after the
-// script cache was flushed (NOSCRIPT), after which EVALSHA alone works again.
+// TestOneRoundTrip counts the commands a Take or Adjust sends: one FCALL
+// however many limits are stacked (on miniredis, which has no Functions,
+// one EVALSHA), plus the reload only right after the library (the script
+// cache) was flushed: "Function not found", FUNCTION LOAD, FCALL again
+// (NOSCRIPT, EVAL), after which one command alone works again.
 // The real server is one of the test's own: on the shared one, another
-// process's test loaded the script again between the flush and the Take
+// process's test loaded the library again between the flush and the Take
 // (and a flush there disturbs everyone else).
 func TestOneRoundTrip(t *testing.T) {
 	for _, backend := range []string{"miniredis", "redis"} {
@@ -57,6 +59,25 @@ func TestOneRoundTrip(t *testing.T) {
 			hook := &countHook{}
 			client.AddHook(hook)
 
+			// The first call: miniredis has no FCALL (then EVALSHA, and EVAL
+			// for the empty script cache), a fresh redis-server no library.
+			warm := []ratelimit.Request{req("warm-up", limitOf(t, ratelimit.PerMinute(1)), 1)}
+			require.NoError(t, s.Take(t.Context(), warm, make([]ratelimit.Decision, 1)))
+			one, reload := []string{"fcall"}, []string{"fcall", "function", "fcall"}
+			flush := func() error { return client.FunctionFlush(t.Context()).Err() }
+			if backend == "miniredis" {
+				assert.Equal(t, []string{"fcall", "evalsha", "eval"}, hook.take(), "first call")
+				one, reload = []string{"evalsha"}, []string{"evalsha", "eval"}
+				flush = func() error { return client.ScriptFlush(t.Context()).Err() }
+			} else {
+				assert.Equal(t, reload, hook.take(), "first call")
+				// The script cache is not the library's.
+				require.NoError(t, client.ScriptFlush(t.Context()).Err())
+				hook.take()
+				require.NoError(t, s.Take(t.Context(), warm, make([]ratelimit.Decision, 1)))
+				assert.Equal(t, one, hook.take(), "after SCRIPT FLUSH")
+			}
+
 			for _, n := range []int{1, 2, 5} {
 				ls := stack(t, n)
 				reqs := make([]ratelimit.Request, n)
@@ -65,10 +86,10 @@ func TestOneRoundTrip(t *testing.T) {
 				}
 				out := make([]ratelimit.Decision, n)
 
-				require.NoError(t, client.ScriptFlush(t.Context()).Err())
+				require.NoError(t, flush())
 				hook.take()
 				require.NoError(t, s.Take(t.Context(), reqs, out))
-				assert.Equal(t, []string{"evalsha", "eval"}, hook.take(), "stack of %d after SCRIPT FLUSH", n)
+				assert.Equal(t, reload, hook.take(), "stack of %d after the flush", n)
 				for i := range out {
 					// 100 per minute, 1 taken: 99 left, full again in 600 ms,
 					// decided at the server's TIME.
@@ -78,29 +99,49 @@ func TestOneRoundTrip(t *testing.T) {
 				}
 
 				require.NoError(t, s.Take(t.Context(), reqs, out))
-				assert.Equal(t, []string{"evalsha"}, hook.take(), "stack of %d", n)
+				assert.Equal(t, one, hook.take(), "stack of %d", n)
 				require.NoError(t, s.Adjust(t.Context(), reqs, out))
-				assert.Equal(t, []string{"evalsha"}, hook.take(), "Adjust, stack of %d", n)
+				assert.Equal(t, one, hook.take(), "Adjust, stack of %d", n)
 			}
 		})
 	}
 }
 
-// TestNoScriptRecovery flushes the script cache of a real server (its own,
-// see newPrivate) and checks that the next Take still decides, charges
-// exactly once and reloads the script.
+// TestNoScriptRecovery flushes the Function library, and with Functions
+// denied the script cache, of a real server (its own, see newPrivate) and
+// checks that the next Take still decides, charges exactly once and loads
+// the library (the script) again.
 func TestNoScriptRecovery(t *testing.T) {
-	e := newPrivate(t)
-	l := limitOf(t, ratelimit.PerSecond(10))
-	e.take(req("k", l, 1))
-	require.NoError(t, e.client.ScriptFlush(t.Context()).Err())
-	// Level 1e5 (one unit of 1e5 µs) + 2 units = 3e5 µs: 7 left.
-	d := e.take(req("k", l, 2))[0]
-	require.Equal(t, ratelimit.Decision{Limit: l, Allowed: true, Remaining: 7, Reset: 300 * time.Millisecond, At: e.micros()}, d)
-	require.Equal(t, formatState(l, ratelimit.State{Level: 300_000, Updated: e.micros()}), e.stored(e.store.Key("k", l)))
-	exists, err := e.client.ScriptExists(t.Context(), redis.NewScript(scriptSource(t)).Hash()).Result()
-	require.NoError(t, err)
-	require.Equal(t, []bool{true}, exists, "EVAL loads the script into the cache again")
+	t.Run("function", func(t *testing.T) {
+		e := newPrivate(t)
+		l := limitOf(t, ratelimit.PerSecond(10))
+		e.take(req("k", l, 1))
+		require.NoError(t, e.client.FunctionFlush(t.Context()).Err())
+		// Level 1e5 (one unit of 1e5 µs) + 2 units = 3e5 µs: 7 left.
+		d := e.take(req("k", l, 2))[0]
+		require.Equal(t, ratelimit.Decision{Limit: l, Allowed: true, Remaining: 7, Reset: 300 * time.Millisecond, At: e.micros()}, d)
+		require.Equal(t, formatState(l, ratelimit.State{Level: 300_000, Updated: e.micros()}), e.stored(e.store.Key("k", l)))
+		libs, err := e.client.FunctionList(t.Context(), redis.FunctionListQuery{}).Result()
+		require.NoError(t, err)
+		require.Len(t, libs, 1, "FUNCTION LOAD loads the library again")
+		require.True(t, strings.HasPrefix(libs[0].Name, "rampmeter_"), libs[0].Name)
+	})
+	t.Run("script", func(t *testing.T) {
+		// A user who may not call Functions: the store sends scripts.
+		srv := chaos.StartRedis(t, "--user", "scripter", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function")
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "scripter", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1})
+		t.Cleanup(func() { _ = client.Close() })
+		e := newRealOn(t, client)
+		l := limitOf(t, ratelimit.PerSecond(10))
+		e.take(req("k", l, 1))
+		require.NoError(t, e.client.ScriptFlush(t.Context()).Err())
+		d := e.take(req("k", l, 2))[0]
+		require.Equal(t, ratelimit.Decision{Limit: l, Allowed: true, Remaining: 7, Reset: 300 * time.Millisecond, At: e.micros()}, d)
+		require.Equal(t, formatState(l, ratelimit.State{Level: 300_000, Updated: e.micros()}), e.stored(e.store.Key("k", l)))
+		exists, err := e.client.ScriptExists(t.Context(), redis.NewScript(scriptSource(t)).Hash()).Result()
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, exists, "EVAL loads the script into the cache again")
+	})
 }
 
 // scriptSource reads the embedded script from disk for its SHA-1.
