@@ -45,3 +45,27 @@ func TestPlainIPv4Host(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkKeyByIPPath compares, in one process, KeyByIP's general path
+// (SplitHostPort, ParseAddr, ipKey) with its fast path for a plain IPv4
+// RemoteAddr (plainIPv4Host).
+func BenchmarkKeyByIPPath(b *testing.B) {
+	const addr = "198.18.39.250:40000"
+	var sink string
+	b.Run("general", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			host, _, _ := net.SplitHostPort(addr)
+			ip, _ := netip.ParseAddr(host)
+			sink = ipKey(ip, 32, 64)
+		}
+	})
+	b.Run("fast", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			host, _ := plainIPv4Host(addr)
+			sink = "ip " + host
+		}
+	})
+	_ = sink
+}
