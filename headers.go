@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // HeaderWriter writes the rate-limit fields of a response from a Result.
@@ -220,9 +221,10 @@ func (w *styleWriter) writeOthers(h http.Header, res Result) {
 // writeOwn writes the fields of the style for *res (which it does not
 // keep), whose limits' RateLimit-Policy value is policy.
 //
-// Allocations, for the middleware's budget: one string for the RateLimit
-// value (built in a stack buffer) and one []string backing both IETF
-// fields; HeadersXRateLimit adds one string (the three values, sliced)
+// Allocations, for the middleware's budget: one block holding the
+// []string backing both IETF fields and the bytes of the RateLimit value
+// (built in a stack buffer; ietfValues), two for a value of more than 96
+// bytes; HeadersXRateLimit adds one string (the three values, sliced)
 // and one []string. A nested Limiter (fields already present) pays two
 // more strings (the joined values); the RateLimit-Policy value is
 // precomputed (PolicySet.policy).
@@ -233,21 +235,64 @@ func (w *styleWriter) writeOwn(h http.Header, res *Result, policy string) {
 	if w.style&HeadersIETF != 0 && policy != "" {
 		policy = calendarPolicy(policy, res, w.style&HeadersShadow != 0)
 		var buf [128]byte
-		rl := string(appendRateLimit(buf[:0], res, w.style&HeadersShadow != 0))
+		b := appendRateLimit(buf[:0], res, w.style&HeadersShadow != 0)
+		var vs []string
 		if old, oldPolicy := h["Ratelimit"], h["Ratelimit-Policy"]; len(old) > 0 || len(oldPolicy) > 0 {
 			// A Limiter before this one set its members: add ours after
 			// them, in one field line each (RFC 9651 §4.2 would combine
 			// several lines, but many clients read only the first).
-			policy, rl = joinList(oldPolicy, policy), joinList(old, rl)
+			vs = []string{joinList(oldPolicy, policy), joinList(old, string(b))}
+		} else {
+			vs = ietfValues(policy, b)
 		}
 		// One backing array for both fields; the capacity limits keep an
 		// Add to one field from overwriting the other.
-		vs := []string{policy, rl}
 		h["Ratelimit-Policy"], h["Ratelimit"] = vs[0:1:1], vs[1:2:2]
 	}
 	if w.style&HeadersXRateLimit != 0 {
 		writeXRateLimit(h, res)
 	}
+}
+
+// ietfValues returns the values of RateLimit-Policy and RateLimit,
+// policy and a copy of rl, in one allocation: the []string and the bytes
+// of the RateLimit value share one block of 64, 96 or 128 bytes (size
+// classes of the allocator); the string points into the block, which
+// keeps it alive while the header holds either value. A value longer than
+// the largest block takes two allocations.
+func ietfValues(policy string, rl []byte) []string {
+	switch n := len(rl); {
+	case n == 0:
+		return []string{policy, ""}
+	case n <= 32:
+		v := new(struct {
+			vs  [2]string
+			buf [32]byte
+		})
+		return packValues(&v.vs, v.buf[:], policy, rl)
+	case n <= 64:
+		v := new(struct {
+			vs  [2]string
+			buf [64]byte
+		})
+		return packValues(&v.vs, v.buf[:], policy, rl)
+	case n <= 96:
+		v := new(struct {
+			vs  [2]string
+			buf [96]byte
+		})
+		return packValues(&v.vs, v.buf[:], policy, rl)
+	}
+	return []string{policy, string(rl)}
+}
+
+// packValues sets vs to policy and a copy of rl in buf (0 < len(rl) ≤
+// len(buf)) and returns it as a slice. buf is never written again: the
+// string over it is immutable, as strings must be.
+func packValues(vs *[2]string, buf []byte, policy string, rl []byte) []string {
+	n := copy(buf, rl)
+	vs[0], vs[1] = policy, unsafe.String(&buf[0], n)
+	return vs[:]
 }
 
 // overWaitFields returns the Result the fields of a WithMaxWait refusal

@@ -50,3 +50,23 @@ func TestProblemPhrases(t *testing.T) {
 	assert.Equal(t, "2 requests", units(2, Requests))
 	assert.Equal(t, "1 token", units(1, Tokens))
 }
+
+// BenchmarkIETFValues compares, in one process, the two allocations of
+// the IETF field values (a string and a []string) with ietfValues' one.
+func BenchmarkIETFValues(b *testing.B) {
+	rl := []byte(`"requests";r=999999998;t=1`)
+	var sink []string
+	b.Run("two-allocs", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink = []string{"p", string(rl)}
+		}
+	})
+	b.Run("one-block", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			sink = ietfValues("p", rl)
+		}
+	})
+	_ = sink
+}

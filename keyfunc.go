@@ -351,6 +351,11 @@ func KeyByIP(opts ...IPOption) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		ip := middleware.GetClientIPAddr(r.Context())
 		if !ip.IsValid() {
+			if cfg.v4Bits == 32 {
+				if host, ok := plainIPv4Host(r.RemoteAddr); ok {
+					return "ip " + host, nil // what ipKey would make: one allocation
+				}
+			}
 			host, _, err := net.SplitHostPort(r.RemoteAddr)
 			if err != nil {
 				host = r.RemoteAddr // a bare address, as some tests and proxies set
@@ -362,6 +367,44 @@ func KeyByIP(opts ...IPOption) KeyFunc {
 		}
 		return ipKey(ip, cfg.v4Bits, cfg.v6Bits), nil
 	}
+}
+
+// plainIPv4Host returns the host of a RemoteAddr of the usual shape
+// "a.b.c.d:port" (a decimal port) when the host is an IPv4 address in the
+// one text form netip.ParseAddr accepts (four decimal fields of 0 to 255
+// without leading zeros), which is also the form netip.Addr.String writes:
+// the key is then "ip " and the host, unparsed and unformatted. Anything
+// else (IPv6, a bare address, odd ports) reports false and takes the
+// general path, SplitHostPort and ParseAddr.
+func plainIPv4Host(addr string) (string, bool) {
+	i := strings.LastIndexByte(addr, ':')
+	if i < 0 || i == len(addr)-1 {
+		return "", false
+	}
+	for j := i + 1; j < len(addr); j++ {
+		if c := addr[j]; c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	host := addr[:i]
+	fields, v, digits := 0, 0, 0
+	for j := 0; j < len(host); j++ {
+		switch c := host[j]; {
+		case c >= '0' && c <= '9':
+			if digits == 1 && v == 0 { // a leading zero
+				return "", false
+			}
+			v, digits = v*10+int(c-'0'), digits+1
+			if v > 255 {
+				return "", false
+			}
+		case c == '.' && digits > 0:
+			fields, v, digits = fields+1, 0, 0
+		default:
+			return "", false
+		}
+	}
+	return host, fields == 3 && digits > 0
 }
 
 // nat64Prefix is the well-known NAT64 prefix of RFC 6052 §2.1, whose

@@ -116,21 +116,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 
 	res, err := l.take(ctx, s.reqs, s.out)
 	if err != nil {
-		if ctx.Err() != nil {
-			writeEnded(w)
-			return
-		}
-		if l.alert != nil {
-			l.alert.decided()
-		}
-		if l.failure == FailOpen {
-			l.bypass(ctx, err)
+		if l.storeFailed(w, r, err) {
 			s.bypassed = true
 			next.ServeHTTP(w, r.WithContext(s))
-			return
 		}
-		w.Header().Set("Retry-After", "1")
-		l.reject(w, r, Rejection{Result: Result{RetryAfter: time.Second}, Status: http.StatusServiceUnavailable, Err: err})
 		return
 	}
 
@@ -198,20 +187,9 @@ func (l *Limiter) serveLight(w http.ResponseWriter, r *http.Request, next http.H
 	var ds [inlineDecisions]Decision
 	res, err := l.decide(ctx, key, set.limits, nil, ds[:])
 	if err != nil {
-		if ctx.Err() != nil {
-			writeEnded(w)
-			return
-		}
-		if l.alert != nil {
-			l.alert.decided()
-		}
-		if l.failure == FailOpen {
-			l.bypass(ctx, err)
+		if l.storeFailed(w, r, err) {
 			next.ServeHTTP(w, r)
-			return
 		}
-		w.Header().Set("Retry-After", "1")
-		l.reject(w, r, Rejection{Result: Result{RetryAfter: time.Second}, Status: http.StatusServiceUnavailable, Err: err})
 		return
 	}
 
@@ -249,6 +227,31 @@ func (l *Limiter) serveLight(w http.ResponseWriter, r *http.Request, next http.H
 		return
 	}
 	next.ServeHTTP(w, r)
+}
+
+// storeFailed handles a store call of serve or serveLight for r that
+// failed with err. When r's context ended (the client left) it answers
+// 503 and nothing is counted; otherwise the failure counts as a decision
+// for the store-failure alert, and then under FailOpen the request is
+// counted as bypassed and storeFailed reports true: the caller runs next
+// unlimited. Under FailClosed it answers 503 with Retry-After: 1 through
+// the RejectHandler. It reports false whenever it answered.
+func (l *Limiter) storeFailed(w http.ResponseWriter, r *http.Request, err error) bool {
+	ctx := r.Context()
+	if ctx.Err() != nil {
+		writeEnded(w)
+		return false
+	}
+	if l.alert != nil {
+		l.alert.decided()
+	}
+	if l.failure == FailOpen {
+		l.bypass(ctx, err)
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	l.reject(w, r, Rejection{Result: Result{RetryAfter: time.Second}, Status: http.StatusServiceUnavailable, Err: err})
+	return false
 }
 
 // statesMade is set once any Limiter in the process has made a reqState
