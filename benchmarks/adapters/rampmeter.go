@@ -177,7 +177,7 @@ func init() {
 	})
 	decider.Register(decider.Spec{
 		Name: "rampmeter-redis", Kind: decider.Redis, Module: rampmeterModule,
-		Note: "store/redisstore Store.Take, one limit: one EVALSHA, Redis TIME; per-worker slices (Fork)",
+		Note: "store/redisstore Store.Take, one limit: one FCALL (Redis Function; EVALSHA where FCALL is unavailable), Redis TIME; per-worker slices (Fork)",
 		New: func(c decider.Config) (decider.Decider, error) {
 			s, err := newRMRedis(c)
 			if err != nil {
@@ -188,7 +188,7 @@ func init() {
 	})
 	decider.Register(decider.Spec{
 		Name: "rampmeter-redis-stack2", Kind: decider.Redis, Module: rampmeterModule,
-		Note: "store/redisstore Store.Take of 2 stacked limits (requests + tokens) in the one EVALSHA, all or nothing",
+		Note: "store/redisstore Store.Take of 2 stacked limits (requests + tokens) in the one FCALL, all or nothing",
 		New: func(c decider.Config) (decider.Decider, error) {
 			s, err := newRMRedis(c)
 			if err != nil {
@@ -210,7 +210,7 @@ func init() {
 	})
 	decider.Register(decider.Spec{
 		Name: "rampmeter-redis-pipelined-stack2", Kind: decider.Redis, Module: rampmeterModule,
-		Note: "store/redisstore Store.Take of 2 stacked limits in the one EVALSHA, WithPipelining",
+		Note: "store/redisstore Store.Take of 2 stacked limits in the one FCALL, WithPipelining",
 		New: func(c decider.Config) (decider.Decider, error) {
 			s, err := newRMRedis(c, redisstore.WithPipelining())
 			if err != nil {
