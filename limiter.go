@@ -17,6 +17,7 @@ import (
 type Limiter struct {
 	store Store
 	one   SingleTaker // store, when it is one: the single-limit path
+	pair  PairTaker   // store, when it is one: the two-limit path
 	// nonBlocking: the store cannot block (NonBlocking), so its calls get
 	// no store timeout.
 	nonBlocking bool
@@ -137,6 +138,7 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 	}
 	l.stats.decisions.init()
 	l.one, _ = store.(SingleTaker)
+	l.pair, _ = store.(PairTaker)
 	if nb, ok := store.(NonBlocking); ok {
 		l.nonBlocking = nb.NonBlocking()
 	}
