@@ -201,3 +201,32 @@ func TestTakeTwoErrorsAsTake(t *testing.T) {
 	}
 	require.Equal(t, 0, s.Len(), "nothing is charged")
 }
+
+// TestLimiterPairPath checks the Limiter's path for two limits through
+// TakeTwo: one store call of two requests reported to Hooks.OnStoreCall,
+// both limits charged, and a cancelled context refused with its error.
+func TestLimiterPairPath(t *testing.T) {
+	s, _ := newTestStore(t)
+	var calls []ratelimit.StoreCall
+	lim, err := ratelimit.New(s, ratelimit.WithLimits(ratelimit.PerMinute(3).Named("a"), ratelimit.PerMinute(5).Named("b")),
+		ratelimit.WithHooks(ratelimit.Hooks{OnStoreCall: func(_ context.Context, c ratelimit.StoreCall) { calls = append(calls, c) }}))
+	require.NoError(t, err)
+	res, err := lim.Take(context.Background(), "k")
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.Len(t, res.Decisions, 2)
+	require.Equal(t, int64(2), res.Decisions[0].Remaining)
+	require.Equal(t, int64(4), res.Decisions[1].Remaining)
+	require.Len(t, calls, 1)
+	require.Equal(t, ratelimit.OpTake, calls[0].Op)
+	require.Equal(t, 2, calls[0].Requests)
+	require.NoError(t, calls[0].Err)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err = lim.Take(cancelled, "k")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, ratelimit.Result{}, res)
+	require.Equal(t, uint64(1), lim.Stats().Allowed)
+	require.Equal(t, uint64(0), lim.Stats().StoreErrors)
+}
