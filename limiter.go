@@ -17,6 +17,7 @@ import (
 type Limiter struct {
 	store Store
 	one   SingleTaker // store, when it is one: the single-limit path
+	pair  PairTaker   // store, when it is one: the two-limit path
 	// nonBlocking: the store cannot block (NonBlocking), so its calls get
 	// no store timeout.
 	nonBlocking bool
@@ -135,7 +136,9 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 		maxWait:    c.maxWait,
 		maxWaitSet: c.maxWaitSet,
 	}
+	l.stats.decisions.init()
 	l.one, _ = store.(SingleTaker)
+	l.pair, _ = store.(PairTaker)
 	if nb, ok := store.(NonBlocking); ok {
 		l.nonBlocking = nb.NonBlocking()
 	}
@@ -220,55 +223,91 @@ type Stats struct {
 }
 
 type counters struct {
-	// allowed and limited change with every decision: striped, so that
-	// goroutines deciding at once on other cores do not contend for one
-	// cache line (a shared atomic costs more than the rest of Take).
-	allowed, limited                                                stripedCounter
+	// decisions counts Allowed and Limited, which change with every
+	// decision: striped, so that goroutines deciding at once on other
+	// cores do not contend for one cache line (a shared atomic costs more
+	// than the rest of Take).
+	decisions                                                       decisionCounters
 	tooLarge, bypassed, storeErrors, keyErrors, costErrors, settled atomic.Uint64
 	shadowLimited, released, planErrors                             atomic.Uint64
 }
 
-// counterStripes is the number of stripes of a stripedCounter.
-const counterStripes = 8
+// counterStripes is the number of stripes of decisionCounters, a power of
+// two.
+const counterStripes = 1 << stripeBits
 
-// stripedCounter is a counter that many goroutines add to at once: each
-// Add goes to one of its stripes, each on its own cache line, chosen by
-// the address of the adding goroutine's stack (goroutines have distinct
-// stacks, and a goroutine keeps its stripe while its stack does not
-// move), and Load sums the stripes. Reading it while others add sees
-// each stripe atomically, not one snapshot of the sum, as with the other
-// counters of Stats.
-type stripedCounter struct {
-	stripes [counterStripes]struct {
-		n atomic.Uint64
-		_ [56]byte // pad to 64 bytes, a cache line
-	}
+// stripeBits is log2(counterStripes).
+const stripeBits = 4
+
+// cacheLine is the size of the CPU's cache line that a stripe fills, in
+// bytes (64 on amd64 and most arm64 cores).
+const cacheLine = 64
+
+// stripe is one stripe of decisionCounters: a cache line of its own.
+type stripe struct {
+	allowed, limited atomic.Uint64
+	_                [cacheLine - 16]byte
 }
 
-// Add1 adds 1.
-func (c *stripedCounter) Add1() {
+// decisionCounters counts the allowed and the limited decisions, which
+// many goroutines add to at once: each addition goes to one of its
+// stripes, each a cache line of its own, chosen by the address of the
+// adding goroutine's stack (goroutines have distinct stacks, and a
+// goroutine keeps its stripe while its stack does not move), and a Load
+// sums the stripes. Reading them while others add sees each stripe
+// atomically, not one snapshot of the sum, as with the other counters of
+// Stats.
+//
+// The stripes live in their own allocation, aligned to a cache line: in
+// the Limiter, whose fields every request reads, the first and the last
+// stripe would share their lines with those fields, and every addition to
+// them would evict the other cores' copies of the Limiter.
+type decisionCounters struct {
+	stripes *[counterStripes]stripe // cache-line aligned, inside buf
+}
+
+// init allocates the stripes.
+func (c *decisionCounters) init() {
+	// One stripe more than needed, so that an aligned run of
+	// counterStripes fits whatever the allocation's alignment.
+	buf := new([counterStripes + 1]stripe)
+	off := (cacheLine - uintptr(unsafe.Pointer(buf))%cacheLine) % cacheLine
+	c.stripes = (*[counterStripes]stripe)(unsafe.Add(unsafe.Pointer(buf), off))
+}
+
+// mine returns the stripe of the calling goroutine.
+func (c *decisionCounters) mine() *stripe {
 	var probe byte
 	// Only the address's value is used, never dereferenced: probe stays
-	// on the stack. Stacks are at least 8 KiB apart.
-	i := uintptr(unsafe.Pointer(&probe)) >> 13 % counterStripes
-	c.stripes[i].n.Add(1)
+	// on the stack. Stacks are at least 2 KiB and aligned to their size:
+	// the address in 2 KiB units, Fibonacci-hashed so that neighbouring
+	// stacks (goroutines started one after another) get distinct stripes.
+	a := uint64(uintptr(unsafe.Pointer(&probe))) >> 11
+	return &c.stripes[a*0x9E3779B97F4A7C15>>(64-stripeBits)]
 }
 
-// Load returns the sum of the stripes.
-func (c *stripedCounter) Load() uint64 {
-	var n uint64
+// addAllowed counts an allowed decision.
+func (c *decisionCounters) addAllowed() { c.mine().allowed.Add(1) }
+
+// addLimited counts a limited decision.
+func (c *decisionCounters) addLimited() { c.mine().limited.Add(1) }
+
+// load returns the sums of the stripes: allowed and limited.
+func (c *decisionCounters) load() (allowed, limited uint64) {
 	for i := range c.stripes {
-		n += c.stripes[i].n.Load()
+		allowed += c.stripes[i].allowed.Load()
+		limited += c.stripes[i].limited.Load()
 	}
-	return n
+	return allowed, limited
 }
 
 // Stats returns the Limiter's counters.
 func (l *Limiter) Stats() Stats {
 	s := &l.stats
+	allowed, limited := s.decisions.load()
 	return Stats{
-		Allowed:     s.allowed.Load(),
-		Limited:     s.limited.Load(),
+		Allowed:     allowed,
+		Limited:     limited,
 		TooLarge:    s.tooLarge.Load(),
 		Bypassed:    s.bypassed.Load(),
 		StoreErrors: s.storeErrors.Load(),
@@ -305,14 +344,14 @@ func (l *Limiter) bypass(ctx context.Context, reason error) {
 func (l *Limiter) record(ctx context.Context, res *Result) {
 	switch {
 	case res.Allowed:
-		l.stats.allowed.Add1()
+		l.stats.decisions.addAllowed()
 		if shadowLimited(res.Decisions) {
 			l.stats.shadowLimited.Add(1)
 		}
 	case res.tooLarge():
 		l.stats.tooLarge.Add(1)
 	default:
-		l.stats.limited.Add1()
+		l.stats.decisions.addLimited()
 	}
 	if l.hooks.OnDecision != nil {
 		// A copy of the decisions: the hook may keep them, and res's may

@@ -183,6 +183,18 @@ type SingleTaker interface {
 	TakeOne(ctx context.Context, r Request) (Decision, error)
 }
 
+// PairTaker is an optional interface of a Store: TakeTwo decides the
+// stack of the two requests a and b exactly as Take(ctx, []Request{a, b},
+// out) would (the same checks, the same errors, the same Decisions, all or
+// nothing), but takes and returns values, da for a and db for b. The
+// Limiter calls it for a request of two limits (Limiter.Take and the
+// middleware), so that no slice crosses the interface (see SingleTaker).
+// store/memory implements it. A wrapper store should implement it only
+// when the store it wraps does.
+type PairTaker interface {
+	TakeTwo(ctx context.Context, a, b Request) (da, db Decision, err error)
+}
+
 // NonBlocking is an optional interface of a Store. NonBlocking returning
 // true promises that Take and Adjust never wait for anything but a short
 // in-process lock (no I/O, no network, no sleep), so that a deadline can

@@ -318,8 +318,9 @@ const inlineDecisions = 2
 // to limits[i] (1 each when costs is empty), as take does. The Result's
 // decisions are written to ds when it is long enough, else to a new
 // slice; nothing else escapes: a request of one limit goes through the
-// store's SingleTaker when it has one, and the slices of a store call are
-// the Limiter's pooled scratch. (The Result is returned, not written
+// store's SingleTaker when it has one, one of two limits through its
+// PairTaker, and otherwise the slices of a store call are the Limiter's
+// pooled scratch. (The Result is returned, not written
 // through a pointer: a store of ds through a pointer would make it
 // escape.)
 func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) (Result, error) {
@@ -335,6 +336,9 @@ func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs 
 		// A lone shadow limit that refused charged nothing, and nothing
 		// else is to be charged: no retake (see take).
 		return resultOne(ds), nil
+	}
+	if n == 2 && l.pair != nil {
+		return l.decideTwo(ctx, key, limits, costs, ds)
 	}
 	var sc *scratch
 	var reqs []Request
@@ -357,6 +361,38 @@ func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs 
 		l.putScratch(sc)
 	}
 	return res, err
+}
+
+// decideTwo is decide for two limits through the store's PairTaker
+// (l.pair, non-nil), writing the decisions to ds (two of them): no slice
+// crosses the interface, and no scratch is needed.
+func (l *Limiter) decideTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) (Result, error) {
+	a := Request{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)}
+	b := Request{Key: key, Limit: &limits[1], Cost: costOf(costs, 1)}
+	tctx, cancel := l.storeContext(ctx)
+	var start time.Time
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	da, db, err := l.pair.TakeTwo(tctx, a, b)
+	if err != nil || cancel != nil || l.hooks.OnStoreCall != nil || (l.alert != nil && l.alert.open.Load()) {
+		if err = l.called(ctx, tctx, cancel, OpTake, 2, start, err); err != nil {
+			return Result{}, err
+		}
+	}
+	ds[0], ds[1] = da, db
+	res := resultOf(ds[:2])
+	if res.Allowed && res.ShadowLimited() {
+		// Only shadow limits refused, so the store charged nothing: as
+		// take does, with slices of their own (rare: no scratch kept).
+		reqs, out := []Request{a, b}, []Decision{da, db}
+		if err := l.retakeAdmitting(ctx, reqs, out); err != nil {
+			return Result{}, err
+		}
+		copy(ds, out)
+		res = resultOf(ds[:2])
+	}
+	return res, nil
 }
 
 // costOf is the cost of limit i: costs[i], or 1 when costs is empty.

@@ -115,6 +115,20 @@ func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (d ratelimit.D
 	return d, nil
 }
 
+// TakeTwo implements ratelimit.PairTaker: it decides the stack of a and b
+// as Take does a call of those two requests, with the same errors, and
+// allocates nothing when the entries exist (the Limiter calls it for a
+// request of two limits).
+func (s *Store) TakeTwo(ctx context.Context, a, b ratelimit.Request) (da, db ratelimit.Decision, err error) {
+	reqs := [2]ratelimit.Request{a, b}
+	var out [2]ratelimit.Decision
+	if err := check(ctx, reqs[:], out[:], true); err != nil {
+		return ratelimit.Decision{}, ratelimit.Decision{}, err
+	}
+	s.two(reqs[:], out[:], true)
+	return out[0], out[1], nil
+}
+
 // NonBlocking implements ratelimit.NonBlocking: it returns true, since a
 // decision waits for nothing but a shard's lock (a clock given to
 // WithClock must not block either), so the Limiter calls the store

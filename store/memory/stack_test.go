@@ -144,3 +144,89 @@ func TestStackOfTwoUnderEviction(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeTwoAgainstModel drives TakeTwo (ratelimit.PairTaker, the
+// Limiter's path for two limits) with the random pairs of
+// TestStackOfTwoAgainstModel and checks every Decision against the plain
+// model, as Take's are.
+func TestTakeTwoAgainstModel(t *testing.T) {
+	limits := pairLimits(t)
+	for _, shards := range []int{1, 64} {
+		for seed := range uint64(10) {
+			rng := rand.New(rand.NewPCG(seed, 19))
+			s, c := newTestStore(t, WithShards(shards))
+			m := reviewModel{}
+			now := t0
+			for step := range 300 {
+				if rng.IntN(4) == 0 {
+					now = now.Add(time.Duration(rng.IntN(20_000_000)) * time.Microsecond)
+				}
+				c.Set(now)
+				reqs := randomPair(rng, limits, ratelimit.Micros(now), true)
+				da, db, err := s.TakeTwo(context.Background(), reqs[0], reqs[1])
+				require.NoError(t, err)
+				want := m.do(reqs, ratelimit.Micros(now), true)
+				require.Equal(t, want, []ratelimit.Decision{da, db}, "shards %d seed %d step %d", shards, seed, step)
+				for _, r := range reqs {
+					checkShard(t, &s.shards[s.hash(r.Key)&s.mask])
+				}
+			}
+		}
+	}
+}
+
+// TestTakeTwoErrorsAsTake checks that TakeTwo refuses what Take refuses,
+// with the same errors, and charges nothing then.
+func TestTakeTwoErrorsAsTake(t *testing.T) {
+	s, _ := newTestStore(t)
+	l := ratelimit.PerMinute(5)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		a, b ratelimit.Request
+	}{
+		{"cancelled", cancelled, ratelimit.Request{Key: "k", Limit: &l, Cost: 1}, ratelimit.Request{Key: "k", Limit: &l, Cost: 1}},
+		{"empty key", context.Background(), ratelimit.Request{Key: "k", Limit: &l, Cost: 1}, ratelimit.Request{Limit: &l, Cost: 1}},
+		{"nil limit", context.Background(), ratelimit.Request{Key: "k", Cost: 1}, ratelimit.Request{Key: "k", Limit: &l, Cost: 1}},
+		{"negative cost", context.Background(), ratelimit.Request{Key: "k", Limit: &l, Cost: -1}, ratelimit.Request{Key: "k", Limit: &l, Cost: 1}},
+	} {
+		want := s.Take(tc.ctx, []ratelimit.Request{tc.a, tc.b}, make([]ratelimit.Decision, 2))
+		require.Error(t, want, tc.name)
+		da, db, err := s.TakeTwo(tc.ctx, tc.a, tc.b)
+		require.Equal(t, want, err, tc.name)
+		require.Equal(t, ratelimit.Decision{}, da, tc.name)
+		require.Equal(t, ratelimit.Decision{}, db, tc.name)
+	}
+	require.Equal(t, 0, s.Len(), "nothing is charged")
+}
+
+// TestLimiterPairPath checks the Limiter's path for two limits through
+// TakeTwo: one store call of two requests reported to Hooks.OnStoreCall,
+// both limits charged, and a cancelled context refused with its error.
+func TestLimiterPairPath(t *testing.T) {
+	s, _ := newTestStore(t)
+	var calls []ratelimit.StoreCall
+	lim, err := ratelimit.New(s, ratelimit.WithLimits(ratelimit.PerMinute(3).Named("a"), ratelimit.PerMinute(5).Named("b")),
+		ratelimit.WithHooks(ratelimit.Hooks{OnStoreCall: func(_ context.Context, c ratelimit.StoreCall) { calls = append(calls, c) }}))
+	require.NoError(t, err)
+	res, err := lim.Take(context.Background(), "k")
+	require.NoError(t, err)
+	require.True(t, res.Allowed)
+	require.Len(t, res.Decisions, 2)
+	require.Equal(t, int64(2), res.Decisions[0].Remaining)
+	require.Equal(t, int64(4), res.Decisions[1].Remaining)
+	require.Len(t, calls, 1)
+	require.Equal(t, ratelimit.OpTake, calls[0].Op)
+	require.Equal(t, 2, calls[0].Requests)
+	require.NoError(t, calls[0].Err)
+
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err = lim.Take(cancelled, "k")
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, ratelimit.Result{}, res)
+	require.Equal(t, uint64(1), lim.Stats().Allowed)
+	require.Equal(t, uint64(0), lim.Stats().StoreErrors)
+}
