@@ -268,13 +268,7 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
 	id := r.LimitID()
 	var st ratelimit.State
 	slot, stale := sh.get(h, r.Key, id, l, now, &st)
-	var expires int64
-	if take {
-		expires = l.TakeTo(&st, now, r.Cost, d)
-	} else {
-		*d = l.AdjustFrom(&st, now, r.At, r.Cost)
-		expires = l.ExpiresAt(&st)
-	}
+	expires := decide(r, &st, now, take, d)
 	if d.Allowed && r.Cost != 0 {
 		sh.put(h, r.Key, id, slot, &st, expires, now, nil)
 	} else {
