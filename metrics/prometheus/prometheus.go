@@ -436,12 +436,20 @@ func (m *Metrics) SetCircuitState(name string, open bool) {
 //
 // The wrapper forwards the optional interfaces the Limiter's hot path
 // uses: it is a ratelimit.SingleTaker exactly when s is (its TakeOne
-// calls and measures s's, as Take does), and it is as NonBlocking as s
+// calls and measures s's, as Take does), a ratelimit.PairTaker exactly
+// when s is (its TakeTwo likewise), and it is as NonBlocking as s
 // (measuring a call waits for nothing).
 func (m *Metrics) InstrumentStore(s ratelimit.Store) ratelimit.Store {
 	i := &instrumented{s: s, m: m}
-	if one, ok := s.(ratelimit.SingleTaker); ok {
+	one, isOne := s.(ratelimit.SingleTaker)
+	pair, isPair := s.(ratelimit.PairTaker)
+	switch {
+	case isOne && isPair:
+		return &instrumentedOnePair{instrumented: i, one: one, pair: pair}
+	case isOne:
 		return &instrumentedOne{instrumented: i, one: one}
+	case isPair:
+		return &instrumentedPair{instrumented: i, pair: pair}
 	}
 	return i
 }
@@ -454,15 +462,8 @@ const maxUnwrap = 32
 // wrapper InstrumentStore of m returned.
 func (m *Metrics) wraps(s ratelimit.Store) bool {
 	for range maxUnwrap {
-		switch i := s.(type) {
-		case *instrumented:
-			if i.m == m {
-				return true
-			}
-		case *instrumentedOne:
-			if i.m == m {
-				return true
-			}
+		if w, ok := s.(interface{ base() *instrumented }); ok && w.base().m == m {
+			return true
 		}
 		u, ok := s.(interface{ Unwrap() ratelimit.Store })
 		if !ok {
@@ -510,7 +511,28 @@ func (i *instrumented) NonBlocking() bool {
 	return ok && nb.NonBlocking()
 }
 
-// instrumentedOne is instrumented for a store that is a SingleTaker.
+// base returns the wrapper's own fields: every variant of the wrapper
+// has it, so that wraps recognises them all.
+func (i *instrumented) base() *instrumented { return i }
+
+// takeOne calls one.TakeOne and records its duration as a Take's.
+func (i *instrumented) takeOne(one ratelimit.SingleTaker, ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	start := i.m.now()
+	d, err := one.TakeOne(ctx, r)
+	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
+	return d, err
+}
+
+// takeTwo calls pair.TakeTwo and records its duration as a Take's.
+func (i *instrumented) takeTwo(pair ratelimit.PairTaker, ctx context.Context, a, b ratelimit.Request) (ratelimit.Decision, ratelimit.Decision, error) {
+	start := i.m.now()
+	da, db, err := pair.TakeTwo(ctx, a, b)
+	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
+	return da, db, err
+}
+
+// instrumentedOne is instrumented for a store that is a SingleTaker and
+// no PairTaker.
 type instrumentedOne struct {
 	*instrumented
 	one ratelimit.SingleTaker // the store measured, as a SingleTaker
@@ -519,8 +541,38 @@ type instrumentedOne struct {
 // TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
 // and records its duration as a Take's.
 func (i *instrumentedOne) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
-	start := i.m.now()
-	d, err := i.one.TakeOne(ctx, r)
-	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
-	return d, err
+	return i.takeOne(i.one, ctx, r)
+}
+
+// instrumentedPair is instrumented for a store that is a PairTaker and no
+// SingleTaker.
+type instrumentedPair struct {
+	*instrumented
+	pair ratelimit.PairTaker // the store measured, as a PairTaker
+}
+
+// TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
+// and records its duration as a Take's.
+func (i *instrumentedPair) TakeTwo(ctx context.Context, a, b ratelimit.Request) (ratelimit.Decision, ratelimit.Decision, error) {
+	return i.takeTwo(i.pair, ctx, a, b)
+}
+
+// instrumentedOnePair is instrumented for a store that is both a
+// SingleTaker and a PairTaker, as store/memory is.
+type instrumentedOnePair struct {
+	*instrumented
+	one  ratelimit.SingleTaker // the store measured, as a SingleTaker
+	pair ratelimit.PairTaker   // the store measured, as a PairTaker
+}
+
+// TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
+// and records its duration as a Take's.
+func (i *instrumentedOnePair) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	return i.takeOne(i.one, ctx, r)
+}
+
+// TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
+// and records its duration as a Take's.
+func (i *instrumentedOnePair) TakeTwo(ctx context.Context, a, b ratelimit.Request) (ratelimit.Decision, ratelimit.Decision, error) {
+	return i.takeTwo(i.pair, ctx, a, b)
 }

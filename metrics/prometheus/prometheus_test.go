@@ -478,8 +478,9 @@ func BenchmarkInstrumentStore(b *testing.B) {
 
 // InstrumentStore forwards the optional interfaces of the hot path: a
 // SingleTaker store gives a SingleTaker wrapper whose TakeOne is measured
-// like a Take, any other store a wrapper that is not one; NonBlocking is
-// the measured store's answer.
+// like a Take, a PairTaker store a PairTaker wrapper whose TakeTwo is, any
+// other store a wrapper that is neither; NonBlocking is the measured
+// store's answer.
 func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, err := New(reg)
@@ -499,9 +500,61 @@ func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	assert.Equal(t, uint64(1), durationCounts(t, reg, "rampmeter_store_duration_seconds")["take/ok"], "TakeOne measured as a Take")
 	assert.True(t, m.wraps(w))
 
+	// TakeTwo: memory is a PairTaker, so is its wrapper, and a stack of
+	// two through it is all or nothing and measured as one Take.
+	pair, ok := w.(ratelimit.PairTaker)
+	require.True(t, ok, "memory is a PairTaker, so is its wrapper")
+	tokens := ratelimit.PerMinute(10)
+	da, db, err := pair.TakeTwo(context.Background(),
+		ratelimit.Request{Key: "k", Limit: &l, Cost: 1},
+		ratelimit.Request{Key: "k", Limit: &tokens, Cost: 4})
+	require.NoError(t, err)
+	assert.True(t, da.Allowed && db.Allowed)
+	assert.Equal(t, int64(0), da.Remaining, "the second of l's 2")
+	assert.Equal(t, int64(6), db.Remaining, "10 - 4")
+	da, db, err = pair.TakeTwo(context.Background(),
+		ratelimit.Request{Key: "k2", Limit: &l, Cost: 1},
+		ratelimit.Request{Key: "k2", Limit: &tokens, Cost: 11})
+	require.NoError(t, err)
+	assert.False(t, db.Allowed, "11 > 10")
+	assert.True(t, da.Allowed, "l had room; the stack's refusal is db's")
+	d, err = one.TakeOne(context.Background(), ratelimit.Request{Key: "k2", Limit: &l, Cost: 1})
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), d.Remaining, "the refused stack charged nothing")
+	assert.Equal(t, uint64(4), durationCounts(t, reg, "rampmeter_store_duration_seconds")["take/ok"], "each TakeTwo measured as one Take")
+
+	// A store that is only one of the two gives a wrapper that is only
+	// that one.
+	onlyOne := m.InstrumentStore(struct {
+		ratelimit.Store
+		ratelimit.SingleTaker
+	}{mem, mem})
+	_, ok = onlyOne.(ratelimit.SingleTaker)
+	assert.True(t, ok)
+	_, ok = onlyOne.(ratelimit.PairTaker)
+	assert.False(t, ok, "no PairTaker wrapped, none forwarded")
+	assert.True(t, m.wraps(onlyOne))
+	onlyPair := m.InstrumentStore(struct {
+		ratelimit.Store
+		ratelimit.PairTaker
+	}{mem, mem})
+	_, ok = onlyPair.(ratelimit.SingleTaker)
+	assert.False(t, ok, "no SingleTaker wrapped, none forwarded")
+	pair, ok = onlyPair.(ratelimit.PairTaker)
+	require.True(t, ok)
+	_, db, err = pair.TakeTwo(context.Background(),
+		ratelimit.Request{Key: "k3", Limit: &l, Cost: 1},
+		ratelimit.Request{Key: "k3", Limit: &tokens, Cost: 3})
+	require.NoError(t, err)
+	assert.Equal(t, int64(7), db.Remaining)
+	assert.Equal(t, uint64(5), durationCounts(t, reg, "rampmeter_store_duration_seconds")["take/ok"])
+	assert.True(t, m.wraps(onlyPair))
+
 	slow := m.InstrumentStore(&slowStore{s: mem, c: &clock{}})
 	_, ok = slow.(ratelimit.SingleTaker)
 	assert.False(t, ok, "a store that is no SingleTaker gives a wrapper that is none")
+	_, ok = slow.(ratelimit.PairTaker)
+	assert.False(t, ok, "a store that is no PairTaker gives a wrapper that is none")
 	assert.False(t, slow.(ratelimit.NonBlocking).NonBlocking(), "a store that does not say may block")
 	assert.True(t, m.wraps(slow))
 }
