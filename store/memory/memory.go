@@ -160,6 +160,15 @@ func check(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decisi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(out) >= len(reqs) {
+		i := 0
+		for i < len(reqs) && valid(&reqs[i], take) {
+			i++
+		}
+		if i == len(reqs) {
+			return nil
+		}
+	}
 	return ratelimit.CheckRequests(reqs, out, take)
 }
 
@@ -172,19 +181,20 @@ func checkTwo(ctx context.Context, a, b *ratelimit.Request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if valid(a) && valid(b) {
+	if valid(a, true) && valid(b, true) {
 		return nil
 	}
 	var out [2]ratelimit.Decision
 	return ratelimit.CheckRequests([]ratelimit.Request{*a, *b}, out[:], true)
 }
 
-// valid reports that ratelimit.CheckRequests accepts r in a Take, without
-// its call: a key, a limit, a cost ≥ 0, and a limit with an ID, which only
-// a valid Limit has (Limit.ID is empty when Limit.Err is not nil). When it
-// reports false, CheckRequests says what is wrong.
-func valid(r *ratelimit.Request) bool {
-	return r.Key != "" && r.Limit != nil && r.Cost >= 0 && r.LimitID() != ""
+// valid reports that ratelimit.CheckRequests accepts r (in a Take when
+// take is set), without its call: a key, a limit, a cost ≥ 0 in a Take,
+// and a limit with an ID, which only a valid Limit has (Limit.ID is empty
+// when Limit.Err is not nil). When it reports false, CheckRequests says
+// what is wrong.
+func valid(r *ratelimit.Request, take bool) bool {
+	return r.Key != "" && r.Limit != nil && (r.Cost >= 0 || !take) && r.LimitID() != ""
 }
 
 // lockOne locks the shard sh, whose index is idx, and returns the time to

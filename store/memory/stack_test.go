@@ -250,10 +250,13 @@ func TestValidAgreesWithCheckRequests(t *testing.T) {
 	reqs = append(reqs, ratelimit.Request{Limit: &good, Cost: 1}, ratelimit.Request{Key: "k", Cost: 1},
 		ratelimit.Request{Key: "k", Limit: &good, Cost: -1})
 	for i := range reqs {
-		require.False(t, valid(&reqs[i]), "case %d", i)
+		require.False(t, valid(&reqs[i], true), "case %d", i)
 		require.Error(t, ratelimit.CheckRequests(reqs[i:i+1], make([]ratelimit.Decision, 1), true), "case %d", i)
 	}
 	ok := ratelimit.Request{Key: "k", Limit: &good}
-	require.True(t, valid(&ok))
+	require.True(t, valid(&ok, true))
+	refund := ratelimit.Request{Key: "k", Limit: &good, Cost: -1}
+	require.True(t, valid(&refund, false), "a refund in Adjust")
+	require.NoError(t, ratelimit.CheckRequests([]ratelimit.Request{refund}, make([]ratelimit.Decision, 1), false))
 	require.NoError(t, ratelimit.CheckRequests([]ratelimit.Request{ok}, make([]ratelimit.Decision, 1), true))
 }
