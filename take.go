@@ -284,12 +284,31 @@ func (l *Limiter) takeInto(ctx context.Context, key string, costs []int64, ds []
 	}
 	var res Result
 	var err error
-	if n == 1 && l.one != nil && len(ds) > 0 {
+	switch {
+	case n == 1 && l.one != nil && len(ds) > 0:
 		// decide's single path, without a copy of the Result out of it.
 		if err = l.callOne(ctx, Request{Key: key, Limit: &l.limits[0], Cost: costOf(costs, 0)}, &ds[0]); err == nil {
+			if d := &ds[0]; d.Allowed && l.hooks.OnDecision == nil {
+				// The common case, recorded as record would, and the
+				// Result built where it is returned (a Result copied
+				// out of a variable costs more than building it).
+				l.stats.decisions.addAllowed()
+				return Result{Allowed: true, Decisions: ds[:1], Delay: delayOf(d)}, nil
+			}
 			res = resultOne(ds[:1])
 		}
-	} else {
+	case n == 2 && l.pair != nil && len(ds) >= 2:
+		// decide's pair path, likewise.
+		if err = l.callTwo(ctx, key, l.limits, costs, ds); err == nil {
+			if da, db := &ds[0], &ds[1]; da.Allowed && db.Allowed && l.hooks.OnDecision == nil {
+				// Both admit, so no shadow limit refused: what
+				// resultOf and record would make of it.
+				l.stats.decisions.addAllowed()
+				return Result{Allowed: true, Decisions: ds[:2], Delay: max(delayOf(da), delayOf(db))}, nil
+			}
+			res, err = l.twoResult(ctx, key, l.limits, costs, ds)
+		}
+	default:
 		res, err = l.decide(ctx, key, l.limits, costs, ds)
 	}
 	if err != nil {
@@ -367,6 +386,16 @@ func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs 
 // (l.pair, non-nil), writing the decisions to ds (two of them): no slice
 // crosses the interface, and no scratch is needed.
 func (l *Limiter) decideTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) (Result, error) {
+	if err := l.callTwo(ctx, key, limits, costs, ds); err != nil {
+		return Result{}, err
+	}
+	return l.twoResult(ctx, key, limits, costs, ds)
+}
+
+// callTwo is call for a Take of limits[0] and limits[1] (all or nothing)
+// on key, through the store's PairTaker (l.pair, non-nil), writing the
+// decisions to ds[0] and ds[1]: no slice crosses the interface.
+func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) error {
 	a := Request{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)}
 	b := Request{Key: key, Limit: &limits[1], Cost: costOf(costs, 1)}
 	tctx, cancel := l.storeContext(ctx)
@@ -375,17 +404,30 @@ func (l *Limiter) decideTwo(ctx context.Context, key string, limits []Limit, cos
 		start = l.now()
 	}
 	da, db, err := l.pair.TakeTwo(tctx, a, b)
-	if err != nil || cancel != nil || l.hooks.OnStoreCall != nil || (l.alert != nil && l.alert.open.Load()) {
-		if err = l.called(ctx, tctx, cancel, OpTake, 2, start, err); err != nil {
-			return Result{}, err
-		}
+	// Field by field, as in callOne.
+	out := &ds[0]
+	out.Limit, out.Allowed, out.Remaining, out.Reset = da.Limit, da.Allowed, da.Remaining, da.Reset
+	out.RetryAfter, out.Delay, out.At = da.RetryAfter, da.Delay, da.At
+	out = &ds[1]
+	out.Limit, out.Allowed, out.Remaining, out.Reset = db.Limit, db.Allowed, db.Remaining, db.Reset
+	out.RetryAfter, out.Delay, out.At = db.RetryAfter, db.Delay, db.At
+	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+		return nil // what called would do, without its call
 	}
-	ds[0], ds[1] = da, db
+	return l.called(ctx, tctx, cancel, OpTake, 2, start, err)
+}
+
+// twoResult summarises the decisions ds[0] and ds[1] of callTwo on
+// limits[0] and limits[1] (costs as given to it), and when only shadow
+// limits refused (so the store charged nothing), takes the others again,
+// as take does.
+func (l *Limiter) twoResult(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) (Result, error) {
 	res := resultOf(ds[:2])
 	if res.Allowed && res.ShadowLimited() {
 		// Only shadow limits refused, so the store charged nothing: as
 		// take does, with slices of their own (rare: no scratch kept).
-		reqs, out := []Request{a, b}, []Decision{da, db}
+		reqs := []Request{{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)}, {Key: key, Limit: &limits[1], Cost: costOf(costs, 1)}}
+		out := []Decision{ds[0], ds[1]}
 		if err := l.retakeAdmitting(ctx, reqs, out); err != nil {
 			return Result{}, err
 		}
@@ -393,6 +435,15 @@ func (l *Limiter) decideTwo(ctx context.Context, key string, limits []Limit, cos
 		res = resultOf(ds[:2])
 	}
 	return res, nil
+}
+
+// delayOf is what an allowed decision d adds to a Result's Delay (see
+// resultOf): its Delay, or 0 for a shadow limit.
+func delayOf(d *Decision) time.Duration {
+	if d.Limit != nil && d.Limit.shadow {
+		return 0
+	}
+	return max(0, d.Delay)
 }
 
 // costOf is the cost of limit i: costs[i], or 1 when costs is empty.

@@ -204,3 +204,53 @@ func BenchmarkStoreParallel10kKeysRefilled(b *testing.B) {
 		b.Fatalf("%d entries for %d keys", n, nKeys)
 	}
 }
+
+// asPair hides s's concrete type, as asStore does, for the Limiter's
+// interfaces of one and two requests.
+//
+//go:noinline
+func asPair(s *Store) interface {
+	ratelimit.SingleTaker
+	ratelimit.PairTaker
+} {
+	return s
+}
+
+// BenchmarkStoreTakeOne: one goroutine, one key, one limit, through
+// ratelimit.SingleTaker as the Limiter calls it (values, no slices).
+func BenchmarkStoreTakeOne(b *testing.B) {
+	s, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := ratelimit.Request{Key: "api-key-0123456789", Limit: benchLimit("requests"), Cost: 1}
+	warm(b, s, []ratelimit.Request{r})
+	st := asPair(s)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if d, err := st.TakeOne(ctx, r); err != nil || !d.Allowed {
+			b.Fatal(d.Allowed, err)
+		}
+	}
+}
+
+// BenchmarkStoreTakeTwo: one goroutine, two limits on one key, through
+// ratelimit.PairTaker as the Limiter calls it (values, no slices).
+func BenchmarkStoreTakeTwo(b *testing.B) {
+	s, err := New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ra := ratelimit.Request{Key: "api-key-0123456789", Limit: benchLimit("requests"), Cost: 1}
+	rb := ratelimit.Request{Key: "api-key-0123456789", Limit: benchLimit("tokens"), Cost: 500}
+	warm(b, s, []ratelimit.Request{ra, rb})
+	st := asPair(s)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if da, db, err := st.TakeTwo(ctx, ra, rb); err != nil || !da.Allowed || !db.Allowed {
+			b.Fatal(da.Allowed, db.Allowed, err)
+		}
+	}
+}

@@ -120,13 +120,11 @@ func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (d ratelimit.D
 // allocates nothing when the entries exist (the Limiter calls it for a
 // request of two limits).
 func (s *Store) TakeTwo(ctx context.Context, a, b ratelimit.Request) (da, db ratelimit.Decision, err error) {
-	reqs := [2]ratelimit.Request{a, b}
-	var out [2]ratelimit.Decision
-	if err := check(ctx, reqs[:], out[:], true); err != nil {
+	if err := checkTwo(ctx, &a, &b); err != nil {
 		return ratelimit.Decision{}, ratelimit.Decision{}, err
 	}
-	s.two(reqs[:], out[:], true)
-	return out[0], out[1], nil
+	s.two(&a, &b, &da, &db, true)
+	return da, db, nil
 }
 
 // NonBlocking implements ratelimit.NonBlocking: it returns true, since a
@@ -162,7 +160,58 @@ func check(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decisi
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if len(out) >= len(reqs) {
+		i := 0
+		for i < len(reqs) && valid(&reqs[i], take) {
+			i++
+		}
+		if i == len(reqs) {
+			return nil
+		}
+	}
 	return ratelimit.CheckRequests(reqs, out, take)
+}
+
+// checkTwo is check for the requests a and b of TakeTwo, without slices
+// of them.
+func checkTwo(ctx context.Context, a, b *ratelimit.Request) error {
+	if ctx == nil {
+		return fmt.Errorf("%w: nil context", ratelimit.ErrInvalidRequest)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if valid(a, true) && valid(b, true) {
+		return nil
+	}
+	var out [2]ratelimit.Decision
+	return ratelimit.CheckRequests([]ratelimit.Request{*a, *b}, out[:], true)
+}
+
+// valid reports that ratelimit.CheckRequests accepts r (in a Take when
+// take is set), without its call: a key, a limit, a cost ≥ 0 in a Take,
+// and a limit with an ID, which only a valid Limit has (Limit.ID is empty
+// when Limit.Err is not nil). When it reports false, CheckRequests says
+// what is wrong.
+func valid(r *ratelimit.Request, take bool) bool {
+	return r.Key != "" && r.Limit != nil && (r.Cost >= 0 || !take) && r.LimitID() != ""
+}
+
+// lockOne locks the shard sh, whose index is idx, and returns the time to
+// decide at, as one does (see one).
+func (s *Store) lockOne(sh *shard, idx uint32) int64 {
+	switch {
+	case s.wall != nil:
+		sh.mu.Lock()
+		return s.wallNow([]uint32{idx})
+	case sh.mu.TryLock():
+		return sh.advance(s.monotonic())
+	default:
+		// Read the clock while the lock is busy, not after.
+		now := s.monotonic()
+		sh.mu.Lock()
+		return sh.advance(now)
+	}
 }
 
 // lock locks the shards in locked, in that order, and returns the time to
@@ -313,7 +362,7 @@ type pending struct {
 func (s *Store) stack(reqs []ratelimit.Request, out []ratelimit.Decision, take bool) {
 	switch n := len(reqs); {
 	case n == 2:
-		s.two(reqs[:2], out[:2], take)
+		s.two(&reqs[0], &reqs[1], &out[0], &out[1], take)
 	case n <= stackN:
 		var p [stackN]pending
 		var locked [stackN]uint32
@@ -326,38 +375,53 @@ func (s *Store) stack(reqs []ratelimit.Request, out []ratelimit.Decision, take b
 // two is many for a stack of two requests, the common stack (a request
 // limit and a token limit on one key), without many's bookkeeping: the
 // same locking order, clock reading, duplicate rule, all-or-nothing commit
-// and eviction protection, for exactly two requests.
-func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take bool) {
-	a, b := &reqs[0], &reqs[1]
+// and eviction protection, for exactly two requests, a then b, whose
+// decisions it writes to *dA and *dB. Two requests on one key, the
+// common case, take the shard's lock as one does and find both entries in
+// one walk of the key's chain.
+func (s *Store) two(a, b *ratelimit.Request, dA, dB *ratelimit.Decision, take bool) {
 	idA, idB := a.LimitID(), b.LimitID()
 	hA := s.hash(a.Key)
 	hB := hA
-	if !sameString(a.Key, b.Key) {
+	sameKey := sameString(a.Key, b.Key)
+	if !sameKey {
 		hB = s.hash(b.Key)
 	}
 	// dup: both requests are for one entry, so b applies to the state a
 	// leaves, and the entry is stored once.
-	dup := hA == hB && sameString(idA, idB) && a.Key == b.Key
+	dup := sameKey && sameString(idA, idB)
 	iA, iB := uint32(hA&s.mask), uint32(hB&s.mask)
-	locked := [2]uint32{iA, iB}
-	n := 2
-	switch {
-	case iA == iB:
-		n = 1
-	case iB < iA: // ascending order, as in many
-		locked = [2]uint32{iB, iA}
-	}
 	shA, shB := &s.shards[iA], &s.shards[iB]
-	now := s.lock(locked[:n])
-
-	dA, dB := &out[0], &out[1]
+	var now int64
+	var locked [2]uint32
+	n := 1
 	var stA, stB ratelimit.State
-	slotA, staleA := shA.get(hA, a.Key, idA, a.Limit, now, &stA)
-	expA := decide(a, &stA, now, take, dA)
-	slotB, staleB, wB := slotA, staleA, &stA
-	if !dup {
+	var slotA, slotB int32
+	var staleA, staleB bool
+	if iA == iB {
+		locked[0] = iA
+		now = s.lockOne(shA, iA)
+	} else {
+		locked, n = [2]uint32{iA, iB}, 2
+		if iB < iA { // ascending order, as in many
+			locked = [2]uint32{iB, iA}
+		}
+		now = s.lock(locked[:])
+	}
+	switch {
+	case dup:
+		slotA, staleA = shA.get(hA, a.Key, idA, a.Limit, now, &stA)
+		slotB, staleB = slotA, staleA
+	case sameKey:
+		slotA, staleA, slotB, staleB = shA.getTwo(hA, a.Key, idA, idB, a.Limit, b.Limit, now, &stA, &stB)
+	default:
+		slotA, staleA = shA.get(hA, a.Key, idA, a.Limit, now, &stA)
 		slotB, staleB = shB.get(hB, b.Key, idB, b.Limit, now, &stB)
-		wB = &stB
+	}
+	expA := decide(a, &stA, now, take, dA)
+	wB := &stB
+	if dup {
+		wB = &stA
 	}
 	// For a dup, expB is the expiry of the entry after both requests.
 	expB := decide(b, wB, now, take, dB)
@@ -372,24 +436,33 @@ func (s *Store) two(reqs []ratelimit.Request, out []ratelimit.Decision, take boo
 		if !dup {
 			shB.leave(hB, b.Key, idB, slotB, staleB, b.Limit, now)
 		}
+	case dup && a.Cost == 0 && b.Cost == 0:
+		shA.leave(hA, a.Key, idA, slotA, staleA, a.Limit, now)
+	case dup && slotA != none:
+		// An existing slot: put inserts nothing, so nothing needs
+		// protection from eviction.
+		shA.put(hA, a.Key, idA, slotA, &stA, expB, now, nil)
 	case dup:
-		if a.Cost != 0 || b.Cost != 0 {
-			shA.put(hA, a.Key, idA, slotA, &stA, expB, now, reqs)
-		} else {
-			shA.leave(hA, a.Key, idA, slotA, staleA, a.Limit, now)
-		}
+		protect := [2]ratelimit.Request{*a, *b}
+		shA.put(hA, a.Key, idA, slotA, &stA, expB, now, protect[:])
+	case slotA != none && slotB != none && a.Cost != 0 && b.Cost != 0:
+		// Both entries exist (live or stale) and both are charged: put
+		// inserts nothing, so nothing needs protection from eviction.
+		shA.put(hA, a.Key, idA, slotA, &stA, expA, now, nil)
+		shB.put(hB, b.Key, idB, slotB, &stB, expB, now, nil)
 	default:
 		// The call's own entries are protected from eviction, as in many,
 		// and existing entries are stored before new ones are inserted:
 		// an insertion may sweep the shard, which would delete a stale
 		// entry of the call.
+		protect := [2]ratelimit.Request{*a, *b}
 		chA, chB := a.Cost != 0, b.Cost != 0
 		if slotB != none && slotA == none {
-			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, expB, b.Limit, now, reqs)
-			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, expA, a.Limit, now, reqs)
+			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, expB, b.Limit, now, protect[:])
+			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, expA, a.Limit, now, protect[:])
 		} else {
-			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, expA, a.Limit, now, reqs)
-			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, expB, b.Limit, now, reqs)
+			shA.store(hA, a.Key, idA, slotA, staleA, chA, &stA, expA, a.Limit, now, protect[:])
+			shB.store(hB, b.Key, idB, slotB, staleB, chB, &stB, expB, b.Limit, now, protect[:])
 		}
 	}
 

@@ -114,6 +114,50 @@ func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st
 	return i, false
 }
 
+// getTwo is get for the entries of one key (hashing to h) under two
+// different limits, la (ID idA) and lb (ID idB), found in one walk of the
+// key's chain: it returns their slots and staleness, and loads their live
+// states into *stA and *stB, as get does for each. The shard must be
+// locked.
+func (sh *shard) getTwo(h uint64, key, idA, idB string, la, lb *ratelimit.Limit, now int64, stA, stB *ratelimit.State) (slotA int32, staleA bool, slotB int32, staleB bool) {
+	slotA, slotB = none, none
+	// matched is the stored copy of key once an entry of the chain has
+	// matched it: the entries of one key share it (insert), so a second
+	// entry's key is then the very same string, compared without its
+	// bytes.
+	var matched string
+	for i := sh.index.get(h); i != none; i = sh.names[i].next {
+		n := &sh.names[i]
+		var hit *int32
+		switch {
+		case slotA == none && sameString(n.limit, idA):
+			hit = &slotA
+		case slotB == none && sameString(n.limit, idB):
+			hit = &slotB
+		default:
+			continue
+		}
+		if !(matched != "" && unsafe.StringData(n.key) == unsafe.StringData(matched) && len(n.key) == len(matched)) && n.key != key {
+			continue // another key with the same hash
+		}
+		matched, *hit = n.key, i
+		if slotA != none && slotB != none {
+			break
+		}
+	}
+	if slotA != none {
+		if staleA = sh.slab[slotA].expires <= now; !staleA {
+			sh.load(slotA, la, stA)
+		}
+	}
+	if slotB != none {
+		if staleB = sh.slab[slotB].expires <= now; !staleB {
+			sh.load(slotB, lb, stB)
+		}
+	}
+	return slotA, staleA, slotB, staleB
+}
+
 // store commits one entry of an admitted call: the state st under l,
 // which expires at expires (l.ExpiresAt(st)), if the call charged it,
 // otherwise nothing, and the deletion of the entry if get found it stale.
@@ -235,9 +279,21 @@ func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []rate
 		sh.names = append(sh.names, name{})
 	}
 	next := sh.index.get(h)
-	// Copy the key so the entry does not pin a larger string the caller's
-	// key may be a slice of (a header, a request line).
-	sh.names[slot] = name{key: strings.Clone(key), limit: limitID, next: next}
+	// The entries of one key share one copy of it (getTwo compares them
+	// by pointer), made for the first: a copy, so that the entry does not
+	// pin a larger string the caller's key may be a slice of (a header, a
+	// request line).
+	stored := ""
+	for i := next; i != none; i = sh.names[i].next {
+		if sh.names[i].key == key {
+			stored = sh.names[i].key
+			break
+		}
+	}
+	if stored == "" {
+		stored = strings.Clone(key)
+	}
+	sh.names[slot] = name{key: stored, limit: limitID, next: next}
 	sh.index.set(h, slot)
 	sh.live++
 	return slot

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,4 +127,63 @@ func TestSlidingLogStorage(t *testing.T) {
 	assert.Equal(t, []int64{10, 20}, got.Log)
 	sh.remove(h, slot)
 	assert.Empty(t, sh.logs)
+}
+
+// getTwo finds one key's entries under two limits in one walk of a chain
+// that colliding keys share, whatever their order in it, and says which
+// are absent or expired, as get does for each.
+func TestGetTwoOnCollidingChain(t *testing.T) {
+	sh := newTestShard(100)
+	a := ratelimit.PerDay(10).Named("a")
+	b := ratelimit.PerDay(10).Named("b")
+	c := ratelimit.PerDay(10).Named("c")
+	const h, now = 42, 1_000
+	// The chain, head first: y/b, x/c, x/b (expired), y/a, x/a.
+	for i, e := range []struct {
+		key string
+		l   *ratelimit.Limit
+		exp int64
+	}{{"x", &a, 5_000}, {"y", &a, 5_000}, {"x", &b, now}, {"x", &c, 7_000}, {"y", &b, 5_000}} {
+		sh.put(h, e.key, e.l.ID(), none, &ratelimit.State{Level: int64(i + 1)}, e.exp, 0, nil)
+	}
+	for _, tc := range []struct {
+		key            string
+		la, lb         *ratelimit.Limit
+		slotA, slotB   int32
+		staleA, staleB bool
+		levelA, levelB int64
+	}{
+		{"x", &a, &c, 0, 3, false, false, 1, 4},
+		{"x", &c, &a, 3, 0, false, false, 4, 1},
+		{"x", &a, &b, 0, 2, false, true, 1, 0}, // x/b expired: stale, not loaded
+		{"y", &b, &a, 4, 1, false, false, 5, 2},
+		{"y", &a, &c, 1, none, false, false, 2, 0}, // y/c absent
+		{"z", &a, &b, none, none, false, false, 0, 0},
+	} {
+		var stA, stB ratelimit.State
+		key := string([]byte(tc.key)) // equal, not the same string
+		slotA, staleA, slotB, staleB := sh.getTwo(h, key, tc.la.ID(), tc.lb.ID(), tc.la, tc.lb, now, &stA, &stB)
+		name := tc.key + "/" + tc.la.Name() + "+" + tc.lb.Name()
+		assert.Equal(t, []any{tc.slotA, tc.staleA, tc.slotB, tc.staleB}, []any{slotA, staleA, slotB, staleB}, name)
+		assert.Equal(t, []int64{tc.levelA, tc.levelB}, []int64{stA.Level, stB.Level}, name)
+	}
+}
+
+// The entries of one key share one stored copy of the key (getTwo compares
+// the second by address), a copy of the caller's string; another key with
+// the same hash has its own.
+func TestEntriesOfOneKeyShareItsCopy(t *testing.T) {
+	sh := newTestShard(100)
+	a := ratelimit.PerDay(10).Named("a")
+	b := ratelimit.PerDay(10).Named("b")
+	const h = 42
+	key := string([]byte("key"))
+	sh.put(h, key, a.ID(), none, &ratelimit.State{Level: 1}, 5_000, 0, nil)
+	sh.put(h, string([]byte("other")), a.ID(), none, &ratelimit.State{Level: 2}, 5_000, 0, nil)
+	sh.put(h, string([]byte("key")), b.ID(), none, &ratelimit.State{Level: 3}, 5_000, 0, nil)
+	ka, kb, ko := sh.names[sh.find(h, "key", a.ID())].key, sh.names[sh.find(h, "key", b.ID())].key, sh.names[sh.find(h, "other", a.ID())].key
+	assert.Equal(t, "key", ka)
+	assert.True(t, unsafe.StringData(ka) == unsafe.StringData(kb), "one copy for the key's entries")
+	assert.False(t, unsafe.StringData(ka) == unsafe.StringData(key), "a copy, not the caller's string")
+	assert.False(t, unsafe.StringData(ko) == unsafe.StringData(ka), "another key's own copy")
 }

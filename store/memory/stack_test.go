@@ -230,3 +230,33 @@ func TestLimiterPairPath(t *testing.T) {
 	require.Equal(t, uint64(1), lim.Stats().Allowed)
 	require.Equal(t, uint64(0), lim.Stats().StoreErrors)
 }
+
+// valid, TakeTwo's check without CheckRequests, accepts nothing that
+// CheckRequests refuses: in particular an invalid Limit has no ID.
+func TestValidAgreesWithCheckRequests(t *testing.T) {
+	good := ratelimit.PerMinute(5)
+	invalid := []ratelimit.Limit{
+		{}, ratelimit.PerMinute(0), ratelimit.PerMinute(-1), ratelimit.Every(5, 0),
+		ratelimit.PerMinute(5).WithBurst(-1), ratelimit.PerMinute(5).Named("bad name!"),
+		ratelimit.PerMinute(7).WithAlgorithm(ratelimit.GCRA), ratelimit.PerMinute(5).WithAlgorithm(99),
+		ratelimit.PerSecond(5).AlignToFirstHit(), ratelimit.PerCalendarDay(5, nil),
+		ratelimit.PerMinute(1 << 60).WithBurst(1 << 60),
+	}
+	var reqs []ratelimit.Request
+	for i := range invalid {
+		require.Error(t, invalid[i].Err(), "case %d", i)
+		reqs = append(reqs, ratelimit.Request{Key: "k", Limit: &invalid[i], Cost: 1})
+	}
+	reqs = append(reqs, ratelimit.Request{Limit: &good, Cost: 1}, ratelimit.Request{Key: "k", Cost: 1},
+		ratelimit.Request{Key: "k", Limit: &good, Cost: -1})
+	for i := range reqs {
+		require.False(t, valid(&reqs[i], true), "case %d", i)
+		require.Error(t, ratelimit.CheckRequests(reqs[i:i+1], make([]ratelimit.Decision, 1), true), "case %d", i)
+	}
+	ok := ratelimit.Request{Key: "k", Limit: &good}
+	require.True(t, valid(&ok, true))
+	refund := ratelimit.Request{Key: "k", Limit: &good, Cost: -1}
+	require.True(t, valid(&refund, false), "a refund in Adjust")
+	require.NoError(t, ratelimit.CheckRequests([]ratelimit.Request{refund}, make([]ratelimit.Decision, 1), false))
+	require.NoError(t, ratelimit.CheckRequests([]ratelimit.Request{ok}, make([]ratelimit.Decision, 1), true))
+}
