@@ -138,6 +138,24 @@ func TestMiddlewareAllocationBudget(t *testing.T) {
 			ratelimit.WithLimits(hugeRate("requests"), hugeRate("burst")))
 		assert.Equal(t, 2.0, middlewareAllocs(t, two.Handler(lightHandler)), "two limits")
 	}
+
+	// The AI shape: a requests limit and a tokens limit with a cost
+	// function, the handler reporting its usage, settled with one Adjust
+	// after it returns. Three: the key, the IETF block, and the request's
+	// state, which holds the handler's copy of the request, the context
+	// of the settlement and the per-limit slices (the Adjust's requests
+	// and decisions are the Limiter's pooled scratch).
+	if !raceEnabled {
+		ai := newMemoryLimiter(t, ratelimit.WithKey(ratelimit.KeyByIP()), ratelimit.WithLimits(hugeRate("requests"),
+			hugeRate("tokens").CostFrom(func(*http.Request) (int64, error) { return 300, nil })))
+		reporting := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := ratelimit.ReportUsage(r.Context(), "tokens", 100); err != nil {
+				t.Error(err)
+			}
+			lightHandler(w, r)
+		})
+		assert.Equal(t, 3.0, middlewareAllocs(t, ai.Handler(reporting)), "stacked, with settlement")
+	}
 }
 
 func TestLightRequestsKeepNoReservation(t *testing.T) {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ErrNoReservation is wrapped by ReportUsage's error when ctx does not come
@@ -117,52 +119,63 @@ func Reserved(ctx context.Context, limitName string) (int64, bool) {
 	return 0, false
 }
 
-// inlineLimits is the number of limits whose per-request state fits in the
-// reqState allocation itself; more limits cost three more allocations.
-const inlineLimits = 4
-
 // stateKey is the context key of a request's *reqState.
 type stateKey struct{}
 
 // reqState is one admitted request's reservation and usage reports. It is
 // the context the handler sees: embedding the request's context and
 // answering Value(stateKey{}) itself saves the allocation of a
-// context.WithValue. All per-limit slices point into the inline arrays
-// when the limiter has at most inlineLimits limits, so a request costs one
-// allocation here.
+// context.WithValue. It also holds the handler's copy of the request
+// (withRequest) and the context of the store calls that settle it
+// (detached), and, for a set of at most four limits, its per-limit
+// slices point into arrays of the same allocation (newState), so that a
+// request costs one allocation here.
 type reqState struct {
 	context.Context
 
-	lim      *Limiter
-	set      *PolicySet // the request's limits; nil if unknown (bypassed)
-	parent   *reqState  // an enclosing limiter's state, for ReportUsage
-	key      string
-	bypassed bool // no reservation: nothing to settle
+	lim    *Limiter
+	set    *PolicySet // the request's limits; nil if unknown (bypassed)
+	parent *reqState  // an enclosing limiter's state, for ReportUsage
+	key    string
 
 	// rw wraps the handler's ResponseWriter when watch is set, so that
 	// settle can release the reservation of a failed call (not 2xx).
-	rw       statusWriter
-	watch    bool
+	rw statusWriter
+
+	bypassed bool // no reservation: nothing to settle
+	watch    bool // rw wraps the handler's writer
 	returned bool // the handler returned (rather than panicking)
-	nested   bool // an inner limiter's state has this one as parent
+	nested   bool // an inner limiter's state has this one as parent; under mu
+	settled  bool // under mu
 
 	// earlyReleased has bit i set when limit i's charge was released at
 	// the failing status (releaseEarly): settle then counts it as 0.
 	earlyReleased uint64
 
 	mu       sync.Mutex
-	settled  bool
-	reported []int64 // per limit; -1: not reported
+	reported []int64 // per limit; -1: not reported; under mu
 
 	costs []int64    // per limit: the reserved cost
-	reqs  []Request  // per limit: the Take request, reused by settle
 	out   []Decision // per limit: Result.Decisions (may be kept by hooks)
 
-	inlineReported [inlineLimits]int64
-	inlineCosts    [inlineLimits]int64
-	inlineReqs     [inlineLimits]Request
-	inlineOut      [inlineLimits]Decision
+	req http.Request // the handler's request (withRequest)
 }
+
+// statesOf2 and statesOf4 are a reqState with the storage of its
+// per-limit slices, for sets of up to two and four limits: two sizes, so
+// that the common one or two limits do not pay for four.
+type (
+	statesOf2 struct {
+		reqState
+		reported, costs [2]int64
+		out             [2]Decision
+	}
+	statesOf4 struct {
+		reqState
+		reported, costs [4]int64
+		out             [4]Decision
+	}
+)
 
 func (s *reqState) Value(key any) any {
 	if key == (stateKey{}) {
@@ -171,27 +184,71 @@ func (s *reqState) Value(key any) any {
 	return s.Context.Value(key)
 }
 
+// withRequest returns r with s as its context, as r.WithContext(s)
+// would, but as the copy that s holds: no allocation of its own. The
+// handler may keep it; it keeps s alive, as the copy's context would.
+func (s *reqState) withRequest(r *http.Request) *http.Request {
+	s.req = *r.WithContext(s) // inlined: the copy WithContext makes stays on the stack
+	return &s.req
+}
+
+// detachedContext is a reqState seen as the request's context without
+// its cancellation, as context.WithoutCancel(s.Context) makes it, for the
+// store calls that settle the request (settle, releaseEarly): a client
+// that disconnects must still pay for what it used. It is the reqState
+// itself under another type, (*detachedContext)(s), so it costs neither
+// an allocation nor a field. Its values are the request context's; it is
+// never done and has no deadline.
+type detachedContext reqState
+
+func (*detachedContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedContext) Done() <-chan struct{}       { return nil }
+func (*detachedContext) Err() error                  { return nil }
+func (c *detachedContext) Value(key any) any         { return c.Context.Value(key) }
+func (c *detachedContext) String() string            { return contextName(c.Context) + ".WithoutCancel" }
+
+// detached returns s as the context of its settlement's store calls.
+func (s *reqState) detached() *detachedContext { return (*detachedContext)(s) }
+
+// contextName names ctx as the context package's String methods do.
+func contextName(ctx context.Context) string {
+	if s, ok := ctx.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return reflect.TypeOf(ctx).String()
+}
+
+// newState returns the state of a request for key charged to set (nil:
+// not known), whose context is ctx: one allocation for sets of up to four
+// limits, four for more.
 func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *reqState {
 	if !statesMade.Load() {
 		statesMade.Store(true)
-	}
-	s := &reqState{Context: ctx, lim: l, key: key, set: set}
-	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
-	if p := s.parent; p != nil {
-		p.mu.Lock()
-		p.nested = true
-		p.mu.Unlock()
 	}
 	n := 0
 	if set != nil {
 		n = len(set.limits)
 	}
-	if n <= inlineLimits {
-		s.reported, s.costs = s.inlineReported[:n], s.inlineCosts[:n]
-		s.reqs, s.out = s.inlineReqs[:n], s.inlineOut[:n]
-	} else {
-		s.reported, s.costs = make([]int64, n), make([]int64, n)
-		s.reqs, s.out = make([]Request, n), make([]Decision, n)
+	var s *reqState
+	switch {
+	case n <= 2:
+		v := new(statesOf2)
+		s = &v.reqState
+		s.reported, s.costs, s.out = v.reported[:n], v.costs[:n], v.out[:n]
+	case n <= 4:
+		v := new(statesOf4)
+		s = &v.reqState
+		s.reported, s.costs, s.out = v.reported[:n], v.costs[:n], v.out[:n]
+	default:
+		s = new(reqState)
+		s.reported, s.costs, s.out = make([]int64, n), make([]int64, n), make([]Decision, n)
+	}
+	s.Context, s.lim, s.key, s.set = ctx, l, key, set
+	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
+	if p := s.parent; p != nil {
+		p.mu.Lock()
+		p.nested = true
+		p.mu.Unlock()
 	}
 	for i := range s.reported {
 		s.reported[i] = -1
@@ -259,7 +316,7 @@ func (l *Limiter) releaseEarly(s *reqState) {
 		return
 	}
 	out := make([]Decision, len(reqs))
-	if l.call(context.WithoutCancel(s.Context), OpAdjust, reqs, out) != nil {
+	if l.call(s.detached(), OpAdjust, reqs, out) != nil {
 		s.mu.Lock()
 		for _, i := range idx {
 			s.earlyReleased &^= 1 << i
@@ -345,6 +402,14 @@ func (l *Limiter) settle(s *reqState) {
 		// 0: the handler returned without writing (200); 101: a hijacked
 		// connection; else a final status ≥ 200.
 	}
+	// The Adjust requests: in this frame for up to inlineScratch, then
+	// copied to the Limiter's scratch (a slice through the Store
+	// interface escapes); their own slice for more.
+	var small [inlineScratch]Request
+	var large []Request
+	if len(s.reported) > inlineScratch {
+		large = make([]Request, len(s.reported))
+	}
 	n, released := 0, false
 	for i, rep := range s.reported {
 		if !s.out[i].Allowed {
@@ -363,7 +428,12 @@ func (l *Limiter) settle(s *reqState) {
 		if rep >= 0 && rep != held {
 			// At: when the reservation was charged, so that window
 			// algorithms settle in the window that was charged.
-			s.reqs[n] = Request{Key: s.key, Limit: lim, Cost: rep - held, At: s.out[i].At}
+			r := Request{Key: s.key, Limit: lim, Cost: rep - held, At: s.out[i].At}
+			if large != nil {
+				large[n] = r
+			} else {
+				small[n] = r
+			}
 			n++
 		}
 	}
@@ -375,17 +445,14 @@ func (l *Limiter) settle(s *reqState) {
 		l.stats.released.Add(1)
 	}
 	// The decisions are not read: the Limiter's scratch takes them.
-	var out []Decision
-	var sc *scratch
-	if n <= inlineScratch {
-		sc = l.getScratch()
-		out = sc.out[:n]
-	} else {
-		out = make([]Decision, n)
-	}
-	err := l.call(context.WithoutCancel(s.Context), OpAdjust, s.reqs[:n], out)
-	if sc != nil {
+	var err error
+	if large == nil {
+		sc := l.getScratch()
+		copy(sc.reqs[:], small[:n])
+		err = l.call(s.detached(), OpAdjust, sc.reqs[:n], sc.out[:n])
 		l.putScratch(sc)
+	} else {
+		err = l.call(s.detached(), OpAdjust, large[:n], make([]Decision, n))
 	}
 	if err != nil {
 		return // counted and reported by call

@@ -74,7 +74,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		l.bypass(ctx, err)
 		s := l.newState(ctx, "", l.set)
 		s.bypassed = true
-		next.ServeHTTP(w, r.WithContext(s))
+		next.ServeHTTP(w, s.withRequest(r))
 		return
 	}
 
@@ -111,14 +111,13 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			cost = l.reserve(lim, cost)
 		}
 		s.costs[i] = cost
-		s.reqs[i] = Request{Key: key, Limit: lim, Cost: cost}
 	}
 
-	res, err := l.take(ctx, s.reqs, s.out)
+	res, err := l.decide(ctx, key, set.limits, s.costs, s.out)
 	if err != nil {
 		if l.storeFailed(w, r, err) {
 			s.bypassed = true
-			next.ServeHTTP(w, r.WithContext(s))
+			next.ServeHTTP(w, s.withRequest(r))
 		}
 		return
 	}
@@ -162,7 +161,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		s.rw.ResponseWriter, s.rw.state, s.watch = w, s, true
 		w = &s.rw
 	}
-	next.ServeHTTP(w, r.WithContext(s))
+	next.ServeHTTP(w, s.withRequest(r))
 	s.returned = true
 }
 

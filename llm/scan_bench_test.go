@@ -15,16 +15,7 @@ import (
 //	body=escapes   a chat request whose strings have escapes and non-ASCII
 //	body=responses a Responses request with instructions, items and tools
 func BenchmarkReadOpenAIBody(b *testing.B) {
-	bodies := []struct{ name, body string }{
-		{"chat", `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},` +
-			`{"role":"user","content":[{"type":"text","text":"Summarise the following paragraph in one sentence, please."}]}],` +
-			`"max_completion_tokens":256,"stream":true}`},
-		{"escapes", `{"model":"gpt-4o","messages":[{"role":"system","content":"Answer in French.\nBe brief."},` +
-			`{"role":"user","content":"Translate \"caf\u00e9 cr\u00e8me\" and \ud83d\ude00, line 1\nline 2\ttab"}],"max_tokens":200,"temperature":0.2}`},
-		{"responses", `{"model":"o3","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"What is the weather in Paris?"}]},` +
-			`{"type":"function_call_output","call_id":"c1","output":"{\"temp\":21}"}],"tools":[{"type":"function","name":"weather",` +
-			`"parameters":{"type":"object","properties":{"city":{"type":"string"}}}}],"max_output_tokens":500,"stream":true}`},
-	}
+	bodies := scanBenchBodies
 	c, err := newEstimateConfig("bench", nil)
 	if err != nil {
 		b.Fatal(err)
@@ -61,3 +52,15 @@ func BenchmarkReadOpenAIBody(b *testing.B) {
 type rewind struct{ bytes.Reader }
 
 func (*rewind) Close() error { return nil }
+
+// scanBenchBodies are the bodies of the scanner's benchmarks.
+var scanBenchBodies = []struct{ name, body string }{
+	{"chat", `{"model":"gpt-4o-mini","messages":[{"role":"system","content":"You are a helpful assistant."},` +
+		`{"role":"user","content":[{"type":"text","text":"Summarise the following paragraph in one sentence, please."}]}],` +
+		`"max_completion_tokens":256,"stream":true}`},
+	{"escapes", `{"model":"gpt-4o","messages":[{"role":"system","content":"Answer in French.\nBe brief."},` +
+		`{"role":"user","content":"Translate \"caf\u00e9 cr\u00e8me\" and \ud83d\ude00, line 1\nline 2\ttab"}],"max_tokens":200,"temperature":0.2}`},
+	{"responses", `{"model":"o3","instructions":"Be brief.","input":[{"role":"user","content":[{"type":"input_text","text":"What is the weather in Paris?"}]},` +
+		`{"type":"function_call_output","call_id":"c1","output":"{\"temp\":21}"}],"tools":[{"type":"function","name":"weather",` +
+		`"parameters":{"type":"object","properties":{"city":{"type":"string"}}}}],"max_output_tokens":500,"stream":true}`},
+}
