@@ -144,11 +144,26 @@ func (b *batcher) flush(batch []*batchCall) {
 		}
 		now = latestNow
 	}
-	args = append(args, "b", now, b.s.marginArg, len(live))
+	// The compact form ("B") when every call is a Take of one request.
+	compact := true
 	for _, c := range live {
-		argv := c.args[3+c.n:]
-		args = append(args, argv[0], c.n)
-		args = append(args, argv[3:]...)
+		if c.n != 1 || c.args[3+c.n] != "t" {
+			compact = false
+			break
+		}
+	}
+	if compact {
+		args = append(args, "B", now, b.s.marginArg, len(live))
+		for _, c := range live {
+			args = append(args, c.args[3+1+3:]...)
+		}
+	} else {
+		args = append(args, "b", now, b.s.marginArg, len(live))
+		for _, c := range live {
+			argv := c.args[3+c.n:]
+			args = append(args, argv[0], c.n)
+			args = append(args, argv[3:]...)
+		}
 	}
 
 	reply, err := b.s.evalOne(ctx, args)
