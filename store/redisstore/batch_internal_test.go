@@ -74,14 +74,14 @@ func TestBatchDecidesLikeSequentialCalls(t *testing.T) {
 		for _, c := range calls {
 			args, err := bat.command(c.reqs, c.mode)
 			require.NoError(t, err)
-			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{})})
+			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{}, 1)})
 		}
 		// A call whose caller has gone is dropped before the batch is sent.
 		gone, cancel := context.WithCancel(t.Context())
 		cancel()
 		args, err := bat.command([]ratelimit.Request{{Key: "a", Limit: &rpm, Cost: 1}}, "t")
 		require.NoError(t, err)
-		batch = append(batch[:2], append([]*batchCall{{ctx: gone, args: args, n: 1, done: make(chan struct{})}}, batch[2:]...)...)
+		batch = append(batch[:2], append([]*batchCall{{ctx: gone, args: args, n: 1, done: make(chan struct{}, 1)}}, batch[2:]...)...)
 
 		b.flush(batch)
 		var got []string
@@ -206,7 +206,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		for _, c := range calls {
 			args, err := bat.command(c.reqs, c.mode)
 			require.NoError(t, err)
-			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{})})
+			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{}, 1)})
 		}
 		(&batcher{s: bat}).flush(batch)
 		var got []string
@@ -250,7 +250,7 @@ func TestBatchScriptErrorWritesNothing(t *testing.T) {
 		for _, k := range []string{"a", "b", "a"} {
 			args, err := s.command([]ratelimit.Request{{Key: k, Limit: &tb, Cost: 1}}, "t")
 			require.NoError(t, err)
-			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: 1, done: make(chan struct{})})
+			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: 1, done: make(chan struct{}, 1)})
 		}
 		batch[1].args[len(batch[1].args)-1] = "not a number"
 		(&batcher{s: s}).flush(batch)
