@@ -229,11 +229,12 @@ type Store struct {
 	// calendar call that missed its bounds saw it (see calendarArgs).
 	calSkew atomic.Int64
 
-	marginArg any                        // marginMs, boxed once
-	cache     []atomic.Pointer[keyEntry] // WithKeyCache slots (a power of two), nil when off
-	seed      maphash.Seed               // of the cache's hashes
-	ap        *redis.AutoPipeliner       // WithPipelining on a Cluster: the client's async autopipeliner
-	batch     *batcher                   // WithPipelining on one server
+	marginArg any                             // marginMs, boxed once
+	cache     []atomic.Pointer[keyEntry]      // WithKeyCache slots (a power of two), nil when off
+	params    [64]atomic.Pointer[paramsEntry] // with the key cache: params strings by limit ID
+	seed      maphash.Seed                    // of the cache's hashes
+	ap        *redis.AutoPipeliner            // WithPipelining on a Cluster: the client's async autopipeliner
+	batch     *batcher                        // WithPipelining on one server
 
 	// noFunctions: the server cannot run the script as a Redis Function
 	// (see fcallRefused), so every call is sent as a script (EVALSHA).
@@ -461,15 +462,26 @@ type keyEntry struct {
 func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	id := l.ID()
 	var slot *atomic.Pointer[keyEntry]
+	var params any
 	if s.cache != nil {
-		h := maphash.String(s.seed, key) ^ maphash.String(s.seed, id)*0x9E3779B97F4A7C15
+		hid := maphash.String(s.seed, id)
+		h := maphash.String(s.seed, key) ^ hid*0x9E3779B97F4A7C15
 		slot = &s.cache[h&uint64(len(s.cache)-1)]
 		if e := slot.Load(); e != nil && e.key == key && e.id == id {
 			return e
 		}
+		// A miss: the limit's params are most likely known already.
+		pslot := &s.params[hid%uint64(len(s.params))]
+		if p := pslot.Load(); p != nil && p.id == id {
+			params = p.params
+		} else if p := limitParams(l); p != "" {
+			params = p
+			pslot.Store(&paramsEntry{id: id, params: params})
+		}
+	} else if p := limitParams(l); p != "" {
+		params = p
 	}
-	params := limitParams(l)
-	if params == "" {
+	if params == nil {
 		return nil
 	}
 	var tag [tagLen]byte
@@ -479,6 +491,13 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 		slot.Store(e)
 	}
 	return e
+}
+
+// paramsEntry is a limit's params string (see limitParams), boxed once,
+// by the limit's ID, which names every parameter it is made of.
+type paramsEntry struct {
+	id     string
+	params any
 }
 
 // maxCachedKey is the longest caller key the key cache keeps: longer keys
