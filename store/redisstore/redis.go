@@ -73,8 +73,11 @@ type config struct {
 // script call in batch mode, up to 128 calls: one round trip, one script
 // invocation and one clock reading (Redis TIME, or the latest WithClock
 // time its callers read) for all of them, each call decided as if alone, in
-// arrival order (a call that fails fails alone). A call alone in the queue
-// is sent as an ordinary script call, so a lone caller waits as long as
+// arrival order (a call that fails fails alone). Within a batch each Redis
+// key is read once and written once, after every call is decided, so many
+// calls on one hot key cost one read and one write; nothing is written if
+// the script fails part way. A call that finds no batch on its way is sent
+// at once as an ordinary script call, so a lone caller waits as long as
 // without the option. On a *redis.ClusterClient, whose callers live on
 // different slots, each call stays its own script call and the client's
 // asynchronous go-redis AutoPipeliner (Client.AsyncAutoPipeline, configured
