@@ -25,42 +25,70 @@ type batcher struct {
 	s       *Store
 	mu      sync.Mutex
 	queue   []*batchCall
-	running bool // a goroutine is running loop
+	running bool // a call or a batch is on its way (inline, or by loop)
+
+	// Owned by the one goroutine running loop: the batch being sent, and
+	// its calls still live.
+	batch, live []*batchCall
 }
 
-// batchCall is one Store call waiting for its batch.
+// batchCall is one Store call waiting for its batch. Calls are pooled: a
+// caller that received its reply puts its call back; one that gave up
+// (its context ended) leaves it to the garbage collector, since the batch
+// may still write to it.
 type batchCall struct {
 	ctx   context.Context
 	args  []any // the call's own FCALL (or EVALSHA) command, as run built it
 	n     int   // its requests
 	reply string
 	err   error
-	done  chan struct{} // closed when reply and err are set
+	done  chan struct{} // buffered: receives one value once reply and err are set
 }
 
-// do queues the call whose command is args (n requests) and waits for its
-// reply, or until ctx ends. A call whose context has ended when its batch
-// is formed is never sent; one that ends later may still be decided by
-// Redis, as after a timeout without pipelining. Nothing is ever re-sent.
+var callPool = sync.Pool{New: func() any { return &batchCall{done: make(chan struct{}, 1)} }}
+
+// do sends the call whose command is args (n requests) and returns its
+// reply, or its context's error once it ends. A call that finds nothing on
+// its way is sent at once, as an ordinary script call, by its own
+// goroutine; otherwise it queues for the next batch. A call whose context
+// has ended when its batch is formed is never sent; one that ends later
+// may still be decided by Redis, as after a timeout without pipelining.
+// Nothing is ever re-sent.
 func (b *batcher) do(ctx context.Context, args []any, n int) (string, error) {
-	c := &batchCall{ctx: ctx, args: args, n: n, done: make(chan struct{})}
 	b.mu.Lock()
-	b.queue = append(b.queue, c)
 	if !b.running {
+		// Alone: the calls that arrive meanwhile queue, and loop sends
+		// them once this one is back.
 		b.running = true
-		go b.loop()
+		b.mu.Unlock()
+		reply, err := b.s.evalOne(ctx, args)
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			go b.loop()
+		} else {
+			b.running = false
+		}
+		b.mu.Unlock()
+		return reply, err
 	}
+	c := callPool.Get().(*batchCall)
+	c.ctx, c.args, c.n = ctx, args, n
+	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		return c.reply, c.err
+		reply, err := c.reply, c.err
+		*c = batchCall{done: c.done}
+		callPool.Put(c)
+		return reply, err
 	case <-ctx.Done():
 		// c belongs to the batch from here on; it is never read again.
 		return "", ctx.Err()
 	}
 }
 
-// loop sends batches until the queue is empty.
+// loop sends batches until the queue is empty. One goroutine at a time
+// runs it (b.running).
 func (b *batcher) loop() {
 	for {
 		b.mu.Lock()
@@ -70,19 +98,21 @@ func (b *batcher) loop() {
 			b.mu.Unlock()
 			return
 		}
-		batch := make([]*batchCall, n)
-		copy(batch, b.queue)
+		batch := append(b.batch[:0], b.queue[:n]...)
 		rest := copy(b.queue, b.queue[n:])
 		clear(b.queue[rest:])
 		b.queue = b.queue[:rest]
 		b.mu.Unlock()
 		b.flush(batch)
+		clear(batch)
+		b.batch = batch
 	}
 }
 
 // flush decides the calls of batch in one script call.
 func (b *batcher) flush(batch []*batchCall) {
-	live := make([]*batchCall, 0, len(batch))
+	live := b.live[:0]
+	defer func() { clear(live); b.live = live[:0] }()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
 			c.finish("", err) // never sent
@@ -144,11 +174,26 @@ func (b *batcher) flush(batch []*batchCall) {
 		}
 		now = latestNow
 	}
-	args = append(args, "b", now, b.s.marginArg, len(live))
+	// The compact form ("B") when every call is a Take of one request.
+	compact := true
 	for _, c := range live {
-		argv := c.args[3+c.n:]
-		args = append(args, argv[0], c.n)
-		args = append(args, argv[3:]...)
+		if c.n != 1 || c.args[3+c.n] != "t" {
+			compact = false
+			break
+		}
+	}
+	if compact {
+		args = append(args, "B", now, b.s.marginArg, len(live))
+		for _, c := range live {
+			args = append(args, c.args[3+1+3:]...)
+		}
+	} else {
+		args = append(args, "b", now, b.s.marginArg, len(live))
+		for _, c := range live {
+			argv := c.args[3+c.n:]
+			args = append(args, argv[0], c.n)
+			args = append(args, argv[3:]...)
+		}
 	}
 
 	reply, err := b.s.evalOne(ctx, args)
@@ -174,5 +219,5 @@ func (b *batcher) flush(batch []*batchCall) {
 
 func (c *batchCall) finish(reply string, err error) {
 	c.reply, c.err = reply, err
-	close(c.done)
+	c.done <- struct{}{}
 }

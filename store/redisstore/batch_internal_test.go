@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -73,14 +74,14 @@ func TestBatchDecidesLikeSequentialCalls(t *testing.T) {
 		for _, c := range calls {
 			args, err := bat.command(c.reqs, c.mode)
 			require.NoError(t, err)
-			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{})})
+			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{}, 1)})
 		}
 		// A call whose caller has gone is dropped before the batch is sent.
 		gone, cancel := context.WithCancel(t.Context())
 		cancel()
 		args, err := bat.command([]ratelimit.Request{{Key: "a", Limit: &rpm, Cost: 1}}, "t")
 		require.NoError(t, err)
-		batch = append(batch[:2], append([]*batchCall{{ctx: gone, args: args, n: 1, done: make(chan struct{})}}, batch[2:]...)...)
+		batch = append(batch[:2], append([]*batchCall{{ctx: gone, args: args, n: 1, done: make(chan struct{}, 1)}}, batch[2:]...)...)
 
 		b.flush(batch)
 		var got []string
@@ -98,6 +99,7 @@ func TestBatchDecidesLikeSequentialCalls(t *testing.T) {
 		}
 		require.Equal(t, want, got)
 		require.Contains(t, got[4], "malformed rate-limit state")
+		requireSameKeys(t, seq, bat, []string{"a", "b", "bad"}, &rpm, &day, &win)
 	}
 	t.Run("miniredis", func(t *testing.T) {
 		m := miniredis.RunT(t)
@@ -116,4 +118,155 @@ func TestBatchDecidesLikeSequentialCalls(t *testing.T) {
 			return c
 		})
 	})
+}
+
+// requireSameKeys checks that the two stores' keys of every (key, limit)
+// pair hold the same value, and both an expiry or neither.
+func requireSameKeys(t *testing.T, seq, bat *Store, keys []string, limits ...*ratelimit.Limit) {
+	t.Helper()
+	for _, k := range keys {
+		for _, l := range limits {
+			sk, bk := seq.Key(k, l), bat.Key(k, l)
+			sv, serr := seq.client.Get(t.Context(), sk).Result()
+			bv, berr := bat.client.Get(t.Context(), bk).Result()
+			require.Equal(t, serr, berr, "key %q of %s", k, l.ID())
+			require.Equal(t, sv, bv, "key %q of %s", k, l.ID())
+			sttl, err := seq.client.PTTL(t.Context(), sk).Result()
+			require.NoError(t, err)
+			bttl, err := bat.client.PTTL(t.Context(), bk).Result()
+			require.NoError(t, err)
+			require.Equal(t, sttl > 0, bttl > 0, "expiry of key %q of %s: %v, %v", k, l.ID(), sttl, bttl)
+		}
+	}
+}
+
+// TestBatchRepeatedKeys flushes batches of many calls on a few keys (a hot
+// key), which the script decides reading each key once and writing it
+// once: every reply, and what every key holds afterwards, must be what the
+// same calls made one by one give. The batches take limits to refusal,
+// refund a key back to a fresh state (deleted), and come in the compact
+// form (one-request Takes only) and the general one, on miniredis and on a
+// real redis-server when one is configured.
+func TestBatchRepeatedKeys(t *testing.T) {
+	tb := ratelimit.PerMinute(5).Named("tb")
+	gcra := ratelimit.PerMinute(4).Named("gcra").WithAlgorithm(ratelimit.GCRA)
+	log := ratelimit.PerMinute(3).Named("log").WithAlgorithm(ratelimit.SlidingLog)
+	win := ratelimit.PerMinute(4).Named("win").WithAlgorithm(ratelimit.SlidingWindow)
+	limits := []*ratelimit.Limit{&tb, &gcra, &log, &win}
+	type call struct {
+		mode string
+		reqs []ratelimit.Request
+	}
+	take := func(k string, l *ratelimit.Limit, cost int64) call {
+		return call{"t", []ratelimit.Request{{Key: k, Limit: l, Cost: cost}}}
+	}
+	var compact, general []call
+	for i := range 8 { // past every limit: the last Takes are refused
+		for _, l := range limits {
+			compact = append(compact, take("hot", l, 1))
+		}
+		compact = append(compact, take(fmt.Sprint("k", i%3), &tb, 2))
+	}
+	general = append(general, compact[:10]...)
+	general = append(general,
+		call{"a", []ratelimit.Request{{Key: "hot", Limit: &tb, Cost: -100}}}, // refunded to a fresh state: deleted
+		take("hot", &gcra, 0), // a peek
+		call{"t", []ratelimit.Request{{Key: "hot", Limit: &tb, Cost: 1}, {Key: "hot", Limit: &log, Cost: 1}}},
+		call{"a", []ratelimit.Request{{Key: "k1", Limit: &tb, Cost: -1}}},
+		call{"t", []ratelimit.Request{{Key: "hot", Limit: &tb, Cost: 2}, {Key: "hot", Limit: &tb, Cost: 2}}},
+		call{"a", []ratelimit.Request{{Key: "fresh", Limit: &tb, Cost: -3}}}, // nothing to refund: no key
+		take("hot", &tb, 3), // refused
+	)
+	now := time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	run := func(t *testing.T, c *redis.Client, calls []call) {
+		newStore := func(name string) *Store {
+			s, err := New(c, WithClock(func() time.Time { return now }), WithPrefix("batchtest:"+t.Name()+":"+name+":"))
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				for _, k := range []string{"hot", "k0", "k1", "k2", "fresh"} {
+					for _, l := range limits {
+						c.Del(context.Background(), s.Key(k, l))
+					}
+				}
+			})
+			return s
+		}
+		seq, bat := newStore("seq"), newStore("batch")
+		var want []string
+		for _, c := range calls {
+			args, err := seq.command(c.reqs, c.mode)
+			require.NoError(t, err)
+			reply, err := seq.evalOne(t.Context(), args)
+			if err != nil {
+				reply = "error: " + err.Error()
+			}
+			want = append(want, reply)
+		}
+		var batch []*batchCall
+		for _, c := range calls {
+			args, err := bat.command(c.reqs, c.mode)
+			require.NoError(t, err)
+			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: len(c.reqs), done: make(chan struct{}, 1)})
+		}
+		(&batcher{s: bat}).flush(batch)
+		var got []string
+		for _, c := range batch {
+			<-c.done
+			require.NoError(t, c.err)
+			got = append(got, c.reply)
+		}
+		require.Equal(t, want, got)
+		require.Contains(t, got[len(got)-1], " 0 ", "the last Take is refused")
+		requireSameKeys(t, seq, bat, []string{"hot", "k0", "k1", "k2", "fresh"}, limits...)
+	}
+	for _, tc := range []struct {
+		name  string
+		calls []call
+	}{{"compact", compact}, {"general", general}} {
+		t.Run(tc.name+"/miniredis", func(t *testing.T) {
+			m := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			run(t, c, tc.calls)
+		})
+		t.Run(tc.name+"/redis", func(t *testing.T) {
+			run(t, redistest.Client(t), tc.calls)
+		})
+	}
+}
+
+// TestBatchScriptErrorWritesNothing: a batch whose script fails part way
+// (a call with an argument no Store sends, on which the script raises a
+// Lua error) writes nothing at all, not even the calls decided before the
+// failing one: every caller gets the error, and no call is applied.
+func TestBatchScriptErrorWritesNothing(t *testing.T) {
+	tb := ratelimit.PerMinute(5).Named("tb")
+	now := time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	run := func(t *testing.T, c *redis.Client) {
+		s, err := New(c, WithClock(func() time.Time { return now }), WithPrefix("batchtest:"+t.Name()+":"))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Del(context.Background(), s.Key("a", &tb), s.Key("b", &tb)) })
+		var batch []*batchCall
+		for _, k := range []string{"a", "b", "a"} {
+			args, err := s.command([]ratelimit.Request{{Key: k, Limit: &tb, Cost: 1}}, "t")
+			require.NoError(t, err)
+			batch = append(batch, &batchCall{ctx: t.Context(), args: args, n: 1, done: make(chan struct{}, 1)})
+		}
+		batch[1].args[len(batch[1].args)-1] = "not a number"
+		(&batcher{s: s}).flush(batch)
+		for _, c := range batch {
+			<-c.done
+			require.Error(t, c.err)
+		}
+		n, err := c.Exists(t.Context(), s.Key("a", &tb), s.Key("b", &tb)).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "a failed batch wrote a key")
+	}
+	t.Run("miniredis", func(t *testing.T) {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		run(t, c)
+	})
+	t.Run("redis", func(t *testing.T) { run(t, redistest.Client(t)) })
 }

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -202,6 +203,71 @@ func BenchmarkTakeAlgorithms(b *testing.B) {
 				if n := refused.Load(); n > 0 {
 					b.Errorf("%d of %d decisions refused: the benchmark must measure admissions", n, b.N)
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkTakeOne measures one-limit Takes shaped like the benchmarks
+// module's Redis load (cmd/redisbench): a limit that never refuses (10^9
+// per minute, so keys expire within milliseconds of their last Take), 64
+// goroutines sharing one client (PoolSize 64), over 10,000 caller keys or
+// one hot key, without and with WithPipelining, and a trivial EVALSHA
+// ("return 1") through the same client as the ceiling the issue compares
+// with. Each op is one decision; decisions/s is reported as a metric.
+func BenchmarkTakeOne(b *testing.B) {
+	addr := redistest.Addr(b)
+	l := ratelimit.Every(1_000_000_000, time.Minute).Named("requests")
+	trivial := redis.NewScript("return 1")
+	for _, nkeys := range []int{benchKeys, 1} {
+		keys := make([]string, nkeys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("api-key-%05d", i)
+		}
+		for _, mode := range []string{"trivial", "plain", "pipelined"} {
+			b.Run(fmt.Sprintf("keys=%d/%s", nkeys, mode), func(b *testing.B) {
+				client := redis.NewClient(&redis.Options{Addr: addr, PoolSize: 64, ContextTimeoutEnabled: true})
+				defer client.Close()
+				prefix := redistest.Prefix(b)
+				defer deletePrefix(b, client, prefix)
+				opts := []redisstore.Option{redisstore.WithPrefix(prefix)}
+				if mode == "pipelined" {
+					opts = append(opts, redisstore.WithPipelining())
+				}
+				s, err := redisstore.New(client, opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var next atomic.Uint64
+				b.ReportAllocs()
+				b.SetParallelism((64 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					reqs := make([]ratelimit.Request, 1)
+					out := make([]ratelimit.Decision, 1)
+					rk := []string{prefix + "trivial"}
+					for pb.Next() {
+						k := keys[next.Add(1)%uint64(nkeys)]
+						if mode == "trivial" {
+							if err := trivial.Run(b.Context(), client, rk).Err(); err != nil {
+								b.Error(err)
+								return
+							}
+							continue
+						}
+						reqs[0] = ratelimit.Request{Key: k, Limit: &l, Cost: 1}
+						if err := s.Take(b.Context(), reqs, out); err != nil {
+							b.Error(err)
+							return
+						}
+						if !out[0].Allowed {
+							b.Error("refused")
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 			})
 		}
 	}

@@ -49,8 +49,10 @@
 -- Batch (WithPipelining on one server): ARGV[1] "b", ARGV[2] and ARGV[3]
 -- as above, ARGV[4] the number of calls, then per call its mode ("t" or
 -- "a"), its number of requests, and its requests' arguments as above; the
--- calls' keys follow each other in KEYS. The reply is one line per call
--- (see the end of the script).
+-- calls' keys follow each other in KEYS. ARGV[1] "B" is the compact form
+-- of a batch whose every call is a Take of one request: per call only the
+-- request's params and cost. The reply is one line per call (see the end
+-- of the script).
 --
 -- Stored state (ratelimit.State), one Redis string per key:
 --   token/leaky bucket   "<level>:<updated>"
@@ -978,12 +980,44 @@ local function reply_of(allowed, remaining, reset, retry, delay)
   return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
 end
 
+-- The batch's view of its keys (WithPipelining; see the batch section of
+-- run), nil outside a batch. Within a batch, get and store go through it:
+-- a key is read from Redis once, on its first request, and what its
+-- requests store is kept here, so a later request on the key reads what
+-- the earlier one stored, exactly as it would have read it back from
+-- Redis, and only the last value of each key is written, at the end
+-- (view_flush). view.val[key]: the key's value for the requests to come
+-- (a string, or false: no key); view.had[key]: whether Redis held it;
+-- view.px[key]: the expiry (ms) of the value stored last; view.order: the
+-- keys stored, in the order of their first store.
+local view
+
+-- view_put records that key now holds v (false: no key) with expiry px ms.
+local function view_put(key, v, px)
+  local w = view
+  if w.px[key] == nil then
+    w.order[#w.order + 1] = key
+  end
+  w.val[key], w.px[key] = v, px
+end
+
 -- store writes st, the charged state of key under p, with its expiry, or
 -- deletes the key when st is equivalent to a key never seen; existed says
 -- whether the key held a state before the call. It returns an error
--- message if Redis refused the write (OOM), nil otherwise.
+-- message if Redis refused the write (OOM), nil otherwise. In a batch it
+-- writes to the view, which never fails.
 local function store(key, st, p, existed, now, margin)
   local ttl = expires_at(st, p) - now
+  if view then
+    if ttl <= 0 then
+      if existed then
+        view_put(key, false, 0)
+      end
+    else
+      view_put(key, encode(st, p), ceildiv(ttl, 1000) + margin)
+    end
+    return nil
+  end
   local r
   if ttl <= 0 then
     -- Equivalent to a key never seen: forget it.
@@ -997,6 +1031,29 @@ local function store(key, st, p, existed, now, margin)
   end
   if type(r) == 'table' and r.err then
     return r.err
+  end
+  return nil
+end
+
+-- view_flush writes the view's keys to Redis, in order; it returns nil,
+-- or the position in view.order of the key whose write Redis refused,
+-- Redis's error, and whether any key before it was written (the keys
+-- after it are not). Redis refuses only a script's first write (OOM under
+-- maxmemory is checked until the script has written something), so a
+-- refusal comes when nothing has been written.
+local function view_flush(w)
+  local wrote = false
+  for i, key in ipairs(w.order) do
+    local v, r = w.val[key], nil
+    if v then
+      r = redis.pcall('SET', key, v, 'PX', w.px[key])
+    elseif w.had[key] then
+      r = redis.pcall('DEL', key)
+    end
+    if type(r) == 'table' and r.err then
+      return i, r.err, wrote
+    end
+    wrote = wrote or r ~= nil
   end
   return nil
 end
@@ -1031,9 +1088,19 @@ end
 -- get reads key's stored string (false when absent), or returns nil and
 -- Redis's error (a key of another type).
 local function get(key)
+  local w = view
+  if w then
+    local v = w.val[key]
+    if v ~= nil then
+      return v
+    end
+  end
   local v = redis.pcall('GET', key)
   if type(v) == 'table' and v.err then
     return nil, v.err
+  end
+  if w then
+    w.val[key], w.had[key] = v, v and true
   end
   return v
 end
@@ -1204,11 +1271,40 @@ local function decide(kb, ab, n, is_take)
   return table.concat(out, ' ')
 end
 
+-- decide_batch decides the calls of a batch (see run) in order and
+-- returns their replies (a call's reply, or "!" and its error message) and
+-- where each call's keys start in KEYS and how many it has. In the compact
+-- form ("B") every call is a Take of one request, given by its params and
+-- cost alone.
+local function decide_batch(argv, compact)
+  local replies, kbs, ns = {}, {}, {}
+  local kb, ab = 0, 4
+  for c = 1, tonumber(argv[4]) do
+    local is_take, n = true, 1
+    if not compact then
+      is_take = argv[ab + 1] == 't'
+      n = tonumber(argv[ab + 2])
+      ab = ab + 2
+    end
+    local r, err = decide(kb, ab, n, is_take)
+    replies[c] = r or ('!' .. err)
+    kbs[c], ns[c] = kb, n
+    kb = kb + n
+    if is_take then
+      ab = ab + 2 * n
+    else
+      ab = ab + 3 * n
+    end
+  end
+  return replies, kbs, ns
+end
+
 -- run decides one script call (a Store call, or a batch) of keys and argv
 -- (the KEYS and ARGV of the header) and returns its reply.
 local function run(keys, argv)
   KEYS_, ARGV_ = keys, argv
   calendar_outside = false
+  view = nil
   if argv[2] == '' then
     local t = redis.call('TIME')
     -- seconds x 1e6 + microseconds: about 1.8e15 today, exact until the
@@ -1219,8 +1315,9 @@ local function run(keys, argv)
   end
   margin = tonumber(argv[3])
 
-  if argv[1] ~= 'b' then
-    local r, err = decide(0, 3, #keys, argv[1] == 't')
+  local mode = argv[1]
+  if mode ~= 'b' and mode ~= 'B' then
+    local r, err = decide(0, 3, #keys, mode == 't')
     if not r then
       return redis.error_reply(err)
     end
@@ -1229,24 +1326,45 @@ local function run(keys, argv)
 
   -- A batch (WithPipelining): ARGV[4] calls, each given by its mode ("t" or
   -- "a") and its number of requests n, then its requests' arguments; its
-  -- keys follow the previous call's in KEYS. The calls are decided in order,
-  -- each as if alone, at one now: a call that fails (a malformed state, a key
-  -- of another type, a write Redis refuses) fails alone, with what it may
-  -- have written, as a lone call would. The reply is one line per call: the
-  -- call's reply, or "!" and the error message.
-  local replies = {}
-  local kb, ab = 0, 4
-  for c = 1, tonumber(argv[4]) do
-    local is_take = argv[ab + 1] == 't'
-    local n = tonumber(argv[ab + 2])
-    ab = ab + 2
-    local r, err = decide(kb, ab, n, is_take)
-    replies[c] = r or ('!' .. err)
-    kb = kb + n
-    if is_take then
-      ab = ab + 2 * n
-    else
-      ab = ab + 3 * n
+  -- keys follow the previous call's in KEYS. In the compact form ("B")
+  -- every call is a Take of one request, given by its two arguments alone.
+  -- The calls are decided in order, each as if alone, at one now: a call
+  -- that fails (a malformed state, a key of another type) fails alone, as
+  -- a lone call would. The reply is one line per call: the call's reply,
+  -- or "!" and the error message.
+  --
+  -- The calls read and write through the view (see view): each key is read
+  -- once and written once, after the last call, with the value and expiry
+  -- the last call on it stored. Every call reads what the calls before it
+  -- stored, so each decides exactly as if the calls had run one by one.
+  -- Nothing is written before every call is decided, so an error that ends
+  -- the script leaves no call applied, and none half-applied. Should Redis
+  -- refuse the first write (OOM under maxmemory: it refuses only a script's
+  -- first write), nothing has been written, and the batch is decided again
+  -- without the view, each call writing as it goes, as one by one: each
+  -- call that writes then fails alone, as it would alone.
+  view = {val = {}, had = {}, px = {}, order = {}}
+  local replies, kbs, ns = decide_batch(argv, mode == 'B')
+  local w = view
+  view = nil
+  local bad, err, wrote = view_flush(w)
+  if bad and not wrote then
+    calendar_outside = false
+    replies = decide_batch(argv, mode == 'B')
+  elseif bad then
+    -- Not reached with Redis (see view_flush): the calls on a key not
+    -- written fail with Redis's error.
+    local unwritten = {}
+    for i = bad, #w.order do
+      unwritten[w.order[i]] = true
+    end
+    for c = 1, #replies do
+      for i = kbs[c] + 1, kbs[c] + ns[c] do
+        if unwritten[keys[i]] then
+          replies[c] = '!' .. err
+          break
+        end
+      end
     end
   end
   return table.concat(replies, '\n')

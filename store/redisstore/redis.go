@@ -73,8 +73,11 @@ type config struct {
 // script call in batch mode, up to 128 calls: one round trip, one script
 // invocation and one clock reading (Redis TIME, or the latest WithClock
 // time its callers read) for all of them, each call decided as if alone, in
-// arrival order (a call that fails fails alone). A call alone in the queue
-// is sent as an ordinary script call, so a lone caller waits as long as
+// arrival order (a call that fails fails alone). Within a batch each Redis
+// key is read once and written once, after every call is decided, so many
+// calls on one hot key cost one read and one write; nothing is written if
+// the script fails part way. A call that finds no batch on its way is sent
+// at once as an ordinary script call, so a lone caller waits as long as
 // without the option. On a *redis.ClusterClient, whose callers live on
 // different slots, each call stays its own script call and the client's
 // asynchronous go-redis AutoPipeliner (Client.AsyncAutoPipeline, configured
@@ -229,11 +232,12 @@ type Store struct {
 	// calendar call that missed its bounds saw it (see calendarArgs).
 	calSkew atomic.Int64
 
-	marginArg any                        // marginMs, boxed once
-	cache     []atomic.Pointer[keyEntry] // WithKeyCache slots (a power of two), nil when off
-	seed      maphash.Seed               // of the cache's hashes
-	ap        *redis.AutoPipeliner       // WithPipelining on a Cluster: the client's async autopipeliner
-	batch     *batcher                   // WithPipelining on one server
+	marginArg any                             // marginMs, boxed once
+	cache     []atomic.Pointer[keyEntry]      // WithKeyCache slots (a power of two), nil when off
+	params    [64]atomic.Pointer[paramsEntry] // with the key cache: params strings by limit ID
+	seed      maphash.Seed                    // of the cache's hashes
+	ap        *redis.AutoPipeliner            // WithPipelining on a Cluster: the client's async autopipeliner
+	batch     *batcher                        // WithPipelining on one server
 
 	// noFunctions: the server cannot run the script as a Redis Function
 	// (see fcallRefused), so every call is sent as a script (EVALSHA).
@@ -461,15 +465,26 @@ type keyEntry struct {
 func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	id := l.ID()
 	var slot *atomic.Pointer[keyEntry]
+	var params any
 	if s.cache != nil {
-		h := maphash.String(s.seed, key) ^ maphash.String(s.seed, id)*0x9E3779B97F4A7C15
+		hid := maphash.String(s.seed, id)
+		h := maphash.String(s.seed, key) ^ hid*0x9E3779B97F4A7C15
 		slot = &s.cache[h&uint64(len(s.cache)-1)]
 		if e := slot.Load(); e != nil && e.key == key && e.id == id {
 			return e
 		}
+		// A miss: the limit's params are most likely known already.
+		pslot := &s.params[hid%uint64(len(s.params))]
+		if p := pslot.Load(); p != nil && p.id == id {
+			params = p.params
+		} else if p := limitParams(l); p != "" {
+			params = p
+			pslot.Store(&paramsEntry{id: id, params: params})
+		}
+	} else if p := limitParams(l); p != "" {
+		params = p
 	}
-	params := limitParams(l)
-	if params == "" {
+	if params == nil {
 		return nil
 	}
 	var tag [tagLen]byte
@@ -479,6 +494,13 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 		slot.Store(e)
 	}
 	return e
+}
+
+// paramsEntry is a limit's params string (see limitParams), boxed once,
+// by the limit's ID, which names every parameter it is made of.
+type paramsEntry struct {
+	id     string
+	params any
 }
 
 // maxCachedKey is the longest caller key the key cache keeps: longer keys
