@@ -59,17 +59,14 @@ func (b *batcher) do(ctx context.Context, args []any, n int) (string, error) {
 	if !b.running {
 		// Alone: the calls that arrive meanwhile queue, and loop sends
 		// them once this one is back.
+		// handOver is deferred so that a panic in the call (a go-redis
+		// hook's, say) recovered by the caller cannot leave running set
+		// with nobody to send the queue: every later call would wait
+		// for its context's end.
 		b.running = true
 		b.mu.Unlock()
-		reply, err := b.s.evalOne(ctx, args)
-		b.mu.Lock()
-		if len(b.queue) > 0 {
-			go b.loop()
-		} else {
-			b.running = false
-		}
-		b.mu.Unlock()
-		return reply, err
+		defer b.handOver()
+		return b.s.evalOne(ctx, args)
 	}
 	c := callPool.Get().(*batchCall)
 	c.ctx, c.args, c.n = ctx, args, n
@@ -85,6 +82,18 @@ func (b *batcher) do(ctx context.Context, args []any, n int) (string, error) {
 		// c belongs to the batch from here on; it is never read again.
 		return "", ctx.Err()
 	}
+}
+
+// handOver ends a lone call of do: the calls that queued meanwhile go to
+// loop, or, if none did, the next call is alone again.
+func (b *batcher) handOver() {
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		go b.loop()
+	} else {
+		b.running = false
+	}
+	b.mu.Unlock()
 }
 
 // loop sends batches until the queue is empty. One goroutine at a time
