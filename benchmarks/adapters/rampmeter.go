@@ -199,7 +199,7 @@ func init() {
 	})
 	decider.Register(decider.Spec{
 		Name: "rampmeter-redis-pipelined", Kind: decider.Redis, Module: rampmeterModule,
-		Note: "store/redisstore Store.Take, one limit, WithPipelining: concurrent Takes share round trips (go-redis AsyncAutoPipeline)",
+		Note: "store/redisstore Store.Take, one limit, WithPipelining: concurrent Takes share one batch script call (a key read once and written once per batch; go-redis AsyncAutoPipeline on a Cluster)",
 		New: func(c decider.Config) (decider.Decider, error) {
 			s, err := newRMRedis(c, redisstore.WithPipelining())
 			if err != nil {
