@@ -198,7 +198,8 @@ func valid(r *ratelimit.Request, take bool) bool {
 }
 
 // lockOne locks the shard sh, whose index is idx, and returns the time to
-// decide at, as one does (see one).
+// decide at, reading the default clock as one explains: inside the lock
+// when it is free, while waiting for it when it is busy.
 func (s *Store) lockOne(sh *shard, idx uint32) int64 {
 	switch {
 	case s.wall != nil:
@@ -301,19 +302,7 @@ func (s *Store) one(r *ratelimit.Request, d *ratelimit.Decision, take bool) {
 	h := s.hash(r.Key)
 	idx := uint32(h & s.mask)
 	sh := &s.shards[idx]
-	var now int64
-	switch {
-	case s.wall != nil:
-		sh.mu.Lock()
-		now = s.wallNow([]uint32{idx})
-	case sh.mu.TryLock():
-		now = sh.advance(s.monotonic())
-	default:
-		// Read the clock while the lock is busy, not after.
-		now = s.monotonic()
-		sh.mu.Lock()
-		now = sh.advance(now)
-	}
+	now := s.lockOne(sh, idx)
 	id := r.LimitID()
 	var st ratelimit.State
 	slot, stale := sh.get(h, r.Key, id, l, now, &st)

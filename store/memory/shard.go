@@ -121,11 +121,6 @@ func (sh *shard) get(h uint64, key, id string, l *ratelimit.Limit, now int64, st
 // locked.
 func (sh *shard) getTwo(h uint64, key, idA, idB string, la, lb *ratelimit.Limit, now int64, stA, stB *ratelimit.State) (slotA int32, staleA bool, slotB int32, staleB bool) {
 	slotA, slotB = none, none
-	// matched is the stored copy of key once an entry of the chain has
-	// matched it: the entries of one key share it (insert), so a second
-	// entry's key is then the very same string, compared without its
-	// bytes.
-	var matched string
 	for i := sh.index.get(h); i != none; i = sh.names[i].next {
 		n := &sh.names[i]
 		var hit *int32
@@ -137,10 +132,13 @@ func (sh *shard) getTwo(h uint64, key, idA, idB string, la, lb *ratelimit.Limit,
 		default:
 			continue
 		}
-		if !(matched != "" && unsafe.StringData(n.key) == unsafe.StringData(matched) && len(n.key) == len(matched)) && n.key != key {
+		if !sameString(n.key, key) {
 			continue // another key with the same hash
 		}
-		matched, *hit = n.key, i
+		// The entries of one key share one stored copy of it (insert):
+		// compared with that copy, the next entry's key is told equal by
+		// its pointer, without reading its bytes.
+		key, *hit = n.key, i
 		if slotA != none && slotB != none {
 			break
 		}

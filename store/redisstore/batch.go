@@ -191,18 +191,17 @@ func (b *batcher) flush(batch []*batchCall) {
 			break
 		}
 	}
+	var mode any = "b" // boxed from a constant: no allocation
 	if compact {
-		args = append(args, "B", now, b.s.marginArg, len(live))
-		for _, c := range live {
-			args = append(args, c.args[3+1+3:]...)
-		}
-	} else {
-		args = append(args, "b", now, b.s.marginArg, len(live))
-		for _, c := range live {
-			argv := c.args[3+c.n:]
+		mode = "B"
+	}
+	args = append(args, mode, now, b.s.marginArg, len(live))
+	for _, c := range live {
+		argv := c.args[3+c.n:]
+		if !compact { // the compact form has no mode and count per call
 			args = append(args, argv[0], c.n)
-			args = append(args, argv[3:]...)
 		}
+		args = append(args, argv[3:]...)
 	}
 
 	reply, err := b.s.evalOne(ctx, args)
