@@ -68,7 +68,10 @@ type options struct {
 	wrkReps      int
 	wrkThreads   int
 	wrkConns     int
-	out          string
+	// wrkCPUs splits the CPUs between the server and wrk ("SERVER:WRK",
+	// taskset CPU lists), or is empty for no pinning.
+	wrkServerCPUs, wrkLoadCPUs string
+	out                        string
 }
 
 type redisConfig struct{ c, keys int }
@@ -89,6 +92,7 @@ func main() {
 		wreps    = flag.Int("wrk-reps", 3, "repetitions of the wrk runs (interleaved over the middlewares)")
 		wthreads = flag.Int("wrk-threads", 2, "wrk -t")
 		wconns   = flag.Int("wrk-conns", 50, "wrk -c")
+		wcpus    = flag.String("wrk-cpus", "", "SERVER:WRK, two taskset CPU lists (e.g. 0:1): run the HTTP server and wrk on separate CPUs, so that the load generator does not take the measured server's CPU time and the server's throughput is its cost per request; empty: no pinning")
 		out      = flag.String("out", "", "results directory (default results/<UTC time>)")
 		report   = flag.String("report", "", "print the report of an earlier results directory and exit")
 		vs       = flag.String("vs", "", "with -report: an earlier results directory to print the drift of medians against")
@@ -121,6 +125,9 @@ func main() {
 			fatalf(2, "-only: %v", err)
 		}
 	}
+	if o.wrkServerCPUs, o.wrkLoadCPUs, err = parseCPUSplit(*wcpus); err != nil {
+		fatalf(2, "-wrk-cpus: %v", err)
+	}
 	if o.redisConfigs, err = parseRedisConfigs(*rcfg); err != nil {
 		fatalf(2, "-redis-configs: %v", err)
 	}
@@ -138,7 +145,7 @@ func main() {
 	if err := checkModuleDir(); err != nil {
 		fatalf(2, "%v", err)
 	}
-	tools, err := checkTools(o.sections)
+	tools, err := checkTools(o.sections, o.wrkServerCPUs != "")
 	if err != nil {
 		fatalf(2, "%v", err)
 	}
@@ -192,6 +199,22 @@ func parseRedisConfigs(s string) ([]redisConfig, error) {
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// cpuList matches a taskset CPU list: numbers and ranges, comma-separated.
+var cpuList = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+
+// parseCPUSplit parses -wrk-cpus: empty, or SERVER:WRK with two taskset
+// CPU lists.
+func parseCPUSplit(s string) (server, load string, err error) {
+	if s == "" {
+		return "", "", nil
+	}
+	server, load, ok := strings.Cut(s, ":")
+	if !ok || !cpuList.MatchString(server) || !cpuList.MatchString(load) {
+		return "", "", fmt.Errorf("%q is not SERVER:WRK with two CPU lists such as 0:1 or 0-2:3", s)
+	}
+	return server, load, nil
 }
 
 // checkModuleDir makes sure the command runs in the benchmarks module,

@@ -596,7 +596,7 @@ func (r *report) wrkTable() {
 		base = median(b.rps)
 	}
 	r.printf("## 3. Real HTTP server on loopback under wrk (requests/s; x = vs the bare server)\n\n")
-	r.printf("cmd/httpserve serves the same trivial handler behind each middleware; wrk and the server share the machine's cores, so this is the throughput a middleware leaves to a small handler. All requests come from one client IP: one hot key.\n\n")
+	r.printf("cmd/httpserve serves the same trivial handler behind each middleware; wrk and the server share the machine's cores unless the settings line shows -wrk-cpus (then each has its own CPUs, and the server's throughput is its CPU cost per request), so this is the throughput a middleware leaves to a small handler. All requests come from one client IP: one hot key.\n\n")
 	r.printf("| middleware | requests/s | p50 µs | p99 µs | non-2xx | runs | ± |\n|---|---|---|---|---|---|---|\n")
 	for _, n := range r.order(sortedKeys(d), true) {
 		a := d[n]

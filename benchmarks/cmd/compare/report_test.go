@@ -146,3 +146,26 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("wrkDuration(2.5s) = %s", got)
 	}
 }
+
+func TestParseCPUSplit(t *testing.T) {
+	for _, c := range []struct {
+		in, server, load string
+		ok               bool
+	}{
+		{"", "", "", true},
+		{"0:1", "0", "1", true},
+		{"0-2:3", "0-2", "3", true},
+		{"0,2:1,3", "0,2", "1,3", true},
+		{"0", "", "", false},
+		{"0:", "", "", false},
+		{":1", "", "", false},
+		{"a:1", "", "", false},
+		{"0:1:2", "", "", false},
+		{"0 :1", "", "", false},
+	} {
+		server, load, err := parseCPUSplit(c.in)
+		if (err == nil) != c.ok || server != c.server || load != c.load {
+			t.Errorf("parseCPUSplit(%q) = %q, %q, %v; want %q, %q, ok=%v", c.in, server, load, err, c.server, c.load, c.ok)
+		}
+	}
+}

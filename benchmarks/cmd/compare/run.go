@@ -28,12 +28,13 @@ import (
 // tools are the programs a run uses, by path.
 type tools struct {
 	goCmd, redisServer, redisBenchmark, wrk string
+	taskset                                 string // for -wrk-cpus
 	benchstat                               string // optional
 }
 
 // checkTools finds the programs the chosen sections need, and fails with
 // a message saying how to get each one that is missing.
-func checkTools(sections map[string]bool) (tools, error) {
+func checkTools(sections map[string]bool, pin bool) (tools, error) {
 	var t tools
 	var missing []string
 	need := func(dst *string, name, why, install string) {
@@ -53,6 +54,9 @@ func checkTools(sections map[string]bool) (tools, error) {
 	}
 	if sections["wrk"] {
 		need(&t.wrk, "wrk", "the wrk section", "apt-get install -y wrk")
+		if pin {
+			need(&t.taskset, "taskset", "-wrk-cpus", "apt-get install -y util-linux")
+		}
 	}
 	if len(missing) > 0 {
 		return t, fmt.Errorf("missing tools, not in PATH:\n%s\n(or leave their sections out with -sections)", strings.Join(missing, "\n"))
@@ -167,7 +171,7 @@ func (r *run) writeEnv(when string) error {
 		cfgs = append(cfgs, fmt.Sprintf("%d:%d", c.c, c.keys))
 	}
 	line("settings", fmt.Sprintf("-sections %s%s -count %d -benchtime %s -redis-dur %s -redis-configs %s -redis-reps %d -wrk-dur %s -wrk-reps %d (wrk -t%d -c%d) GOMAXPROCS=%d",
-		strings.Join(sec, ","), only, o.count, o.benchtime, o.redisDur, strings.Join(cfgs, ","), o.redisReps, o.wrkDur, o.wrkReps, o.wrkThreads, o.wrkConns, runtime.GOMAXPROCS(0)))
+		strings.Join(sec, ","), only, o.count, o.benchtime, o.redisDur, strings.Join(cfgs, ","), o.redisReps, o.wrkDur, o.wrkReps, o.wrkThreads, o.wrkConns, runtime.GOMAXPROCS(0))+pinNote(o))
 	return os.WriteFile(r.path("env.txt"), []byte(b.String()), 0o644)
 }
 
@@ -488,8 +492,9 @@ func (r *run) wrkSection(ctx context.Context) error {
 				}
 				script = []string{"-s", lua}
 			}
-			srv, err := r.start(srvLog, filepath.Join(r.bin, "httpserve"), "-mw", m.Name, "-addr", addr,
+			name, args := r.pinned(o.wrkServerCPUs, filepath.Join(r.bin, "httpserve"), "-mw", m.Name, "-addr", addr,
 				"-lifetime", (2*o.wrkDur + time.Minute).String())
+			srv, err := r.start(srvLog, name, args...)
 			if err != nil {
 				return err
 			}
@@ -505,7 +510,8 @@ func (r *run) wrkSection(ctx context.Context) error {
 			}
 			wrk := func(d time.Duration, out io.Writer) error {
 				args := append([]string{"-t" + strconv.Itoa(o.wrkThreads), "-c" + strconv.Itoa(o.wrkConns), "-d" + wrkDuration(d), "--latency"}, script...)
-				return r.cmd(ctx, nil, out, r.tools.wrk, append(args, url)...)
+				name, args := r.pinned(o.wrkLoadCPUs, r.tools.wrk, append(args, url)...)
+				return r.cmd(ctx, nil, out, name, args...)
 			}
 			err = wrk(2*time.Second, io.Discard) // warm-up
 			var out bytes.Buffer
@@ -522,6 +528,24 @@ func (r *run) wrkSection(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pinNote is the settings line's note of -wrk-cpus, if set.
+func pinNote(o options) string {
+	if o.wrkServerCPUs == "" {
+		return ""
+	}
+	return fmt.Sprintf(" -wrk-cpus %s:%s (HTTP server on CPUs %s, wrk on %s)", o.wrkServerCPUs, o.wrkLoadCPUs, o.wrkServerCPUs, o.wrkLoadCPUs)
+}
+
+// pinned returns the command line name args... run on the CPUs in cpus (a
+// taskset CPU list), or unchanged when cpus is empty. A Go program started
+// so sizes GOMAXPROCS to the CPUs it may run on.
+func (r *run) pinned(cpus, name string, args ...string) (string, []string) {
+	if cpus == "" {
+		return name, args
+	}
+	return r.tools.taskset, append([]string{"-c", cpus, name}, args...)
 }
 
 // wrkDuration is d in wrk's syntax (whole seconds, at least 1).
