@@ -300,10 +300,11 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 	if r.ContentLength > maxBytes {
 		return nil, bodyTooLarge(maxBytes)
 	}
+	c, buf := newCachedBody(r.ContentLength, maxBytes)
 	var raw []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		var err error
-		raw, err = readBody(r.Body, r.ContentLength, maxBytes)
+		raw, err = readBodyInto(r.Body, buf, maxBytes, r.ContentLength)
 		switch {
 		case int64(len(raw)) > maxBytes || err != nil && isMaxBytesError(err):
 			return nil, bodyTooLarge(maxBytes)
@@ -313,7 +314,6 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 				Err:     fmt.Errorf("%w: reading the body: %w", ErrInvalidBody, err)}
 		}
 	}
-	c := &cachedBody{}
 	c.Reset(raw)
 	body, err := c.parse(raw)
 	if err != nil {
@@ -325,16 +325,77 @@ func ReadOpenAIBody(r *http.Request, maxBytes int64) (*OpenAIBody, error) {
 	return body, err
 }
 
+// The cachedBody of a body of known size, with room for its bytes in the
+// same allocation: the struct and the room fill a size class of the
+// allocator (512, 1024, 2048 or 4096 bytes), so that a typical body costs
+// one allocation.
+type (
+	cachedBody512 struct {
+		cachedBody
+		buf [512 - cachedBodySize]byte
+	}
+	cachedBody1024 struct {
+		cachedBody
+		buf [1024 - cachedBodySize]byte
+	}
+	cachedBody2048 struct {
+		cachedBody
+		buf [2048 - cachedBodySize]byte
+	}
+	cachedBody4096 struct {
+		cachedBody
+		buf [4096 - cachedBodySize]byte
+	}
+)
+
+// cachedBodySize is the size of a cachedBody (TestCachedBodySize).
+const cachedBodySize = 232
+
+// newCachedBody returns the cachedBody for a request whose body announces
+// size bytes (r.ContentLength; -1: unknown), and an empty buffer to read
+// the body into: when the body and the room to see io.EOF without growing
+// fit, its room in the cachedBody's own allocation, else nil (readBodyInto
+// allocates one).
+func newCachedBody(size, maxBytes int64) (*cachedBody, []byte) {
+	if size <= 0 || size > maxBytes {
+		return new(cachedBody), nil
+	}
+	switch n := size + 1; { // + 1: room to see io.EOF without growing
+	case n <= int64(len(cachedBody512{}.buf)):
+		v := new(cachedBody512)
+		return &v.cachedBody, v.buf[:0:n]
+	case n <= int64(len(cachedBody1024{}.buf)):
+		v := new(cachedBody1024)
+		return &v.cachedBody, v.buf[:0:n]
+	case n <= int64(len(cachedBody2048{}.buf)):
+		v := new(cachedBody2048)
+		return &v.cachedBody, v.buf[:0:n]
+	case n <= int64(len(cachedBody4096{}.buf)):
+		v := new(cachedBody4096)
+		return &v.cachedBody, v.buf[:0:n]
+	}
+	return new(cachedBody), nil
+}
+
 // readBody reads body as io.ReadAll(io.LimitReader(body, maxBytes+1))
 // does, into a buffer sized from the announced size (r.ContentLength) when
 // there is one, so that a body of the announced size costs one allocation
 // and no copy.
 func readBody(body io.Reader, size, maxBytes int64) ([]byte, error) {
-	n := int64(512) // io.ReadAll's first buffer
-	if size > 0 {
-		n = min(size, 64<<10) + 1 // + 1: room to see io.EOF without growing
+	return readBodyInto(body, nil, maxBytes, size)
+}
+
+// readBodyInto is readBody reading into buf (empty; nil: a buffer sized
+// from size, the announced size, is allocated). The bytes are in buf's
+// array unless the body is larger than its capacity.
+func readBodyInto(body io.Reader, buf []byte, maxBytes, size int64) ([]byte, error) {
+	if buf == nil {
+		n := int64(512) // io.ReadAll's first buffer
+		if size > 0 {
+			n = min(size, 64<<10) + 1 // + 1: room to see io.EOF without growing
+		}
+		buf = make([]byte, 0, n)
 	}
-	buf := make([]byte, 0, n)
 	left := maxBytes + 1 // as io.LimitReader's N (wraps like it for MaxInt64)
 	for {
 		if left <= 0 {

@@ -1,7 +1,9 @@
 package llm
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"slices"
 	"unicode"
 	"unicode/utf16"
@@ -342,6 +344,16 @@ func (s *scanner) scanString() (sp strTok, ok bool) {
 	i := s.i + 1
 	sp.start = i
 	for {
+		// Eight bytes at a time up to the first special byte, then one
+		// at a time.
+		for i+8 <= len(d) {
+			m := specialBytes(binary.LittleEndian.Uint64(d[i:]))
+			if m != 0 {
+				i += bits.TrailingZeros64(m) / 8
+				break
+			}
+			i += 8
+		}
 		for i < len(d) && !strSpecial[d[i]] {
 			i++
 		}
@@ -384,6 +396,18 @@ func (s *scanner) scanString() (sp strTok, ok bool) {
 			i += size
 		}
 	}
+}
+
+// specialBytes returns x, eight bytes of a string, with the high bit set
+// in (at least) the lowest byte that is special (strSpecial): '"', '\\',
+// below 0x20 or at least 0x80; 0 when none is. A bit above the lowest may
+// be set for a byte that is not special (a borrow), so only the lowest set
+// bit counts.
+func specialBytes(x uint64) uint64 {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	q := x ^ ('"' * lo)
+	bs := x ^ ('\\' * lo)
+	return ((q-lo)&^q | (bs-lo)&^bs | (x-0x20*lo)&^x | x) & hi
 }
 
 func isHex(c byte) bool {
@@ -544,9 +568,24 @@ func foldRune(r rune) rune {
 	}
 }
 
+// topField returns the top-level field that key k names: an ASCII key
+// without escapes (the common case) is matched as it stands, and folded
+// (foldKey) only when it is not a field name and has an upper-case letter;
+// any other key is folded.
 func (s *scanner) topField(k strTok) int {
+	if k.flags == 0 {
+		raw := s.data[k.start:k.end]
+		if f := topFieldOf(raw); f != fUnknown || !hasUpper(raw) {
+			return f
+		}
+	}
 	var buf [32]byte
-	switch string(s.foldKey(k, &buf)) {
+	return topFieldOf(s.foldKey(k, &buf))
+}
+
+// topFieldOf returns the top-level field named name, in lower case.
+func topFieldOf(name []byte) int {
+	switch string(name) {
 	case "system":
 		return fSystem
 	case "messages":
@@ -579,9 +618,21 @@ func (s *scanner) topField(k strTok) int {
 	return fUnknown
 }
 
+// itemField is topField for the fields of an item (wireItem).
 func (s *scanner) itemField(k strTok) int {
+	if k.flags == 0 {
+		raw := s.data[k.start:k.end]
+		if f := itemFieldOf(raw); f != iUnknown || !hasUpper(raw) {
+			return f
+		}
+	}
 	var buf [32]byte
-	switch string(s.foldKey(k, &buf)) {
+	return itemFieldOf(s.foldKey(k, &buf))
+}
+
+// itemFieldOf returns the item field named name, in lower case.
+func itemFieldOf(name []byte) int {
+	switch string(name) {
 	case "content":
 		return iContent
 	case "output":
@@ -592,6 +643,17 @@ func (s *scanner) itemField(k strTok) int {
 		return iArguments
 	}
 	return iUnknown
+}
+
+// hasUpper reports whether b has an ASCII upper-case letter: an ASCII key
+// without one folds to itself.
+func hasUpper(b []byte) bool {
+	for _, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			return true
+		}
+	}
+	return false
 }
 
 // lit reads the literal word at s.i.
@@ -804,8 +866,7 @@ func (s *scanner) streamOptions(usage *bool) bool {
 		if !more {
 			return true
 		}
-		var buf [32]byte
-		if string(s.foldKey(k, &buf)) == "include_usage" {
+		if s.isIncludeUsage(k) {
 			ok = s.keepBool(usage)
 		} else {
 			ok = s.skipValue()
@@ -814,6 +875,20 @@ func (s *scanner) streamOptions(usage *bool) bool {
 			return false
 		}
 	}
+}
+
+// isIncludeUsage reports whether key k names "include_usage", as topField
+// matches keys.
+func (s *scanner) isIncludeUsage(k strTok) bool {
+	const name = "include_usage"
+	if k.flags == 0 {
+		raw := s.data[k.start:k.end]
+		if string(raw) == name || !hasUpper(raw) {
+			return string(raw) == name
+		}
+	}
+	var buf [32]byte
+	return string(s.foldKey(k, &buf)) == name
 }
 
 // appendString reads a string and adds it to the texts.
