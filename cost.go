@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/rampmeter/ratelimit/internal/fieldbuf"
 )
 
 // ErrNoReservation is wrapped by ReportUsage's error when ctx does not come
@@ -83,7 +85,7 @@ func ReportUsage(ctx context.Context, limitName string, n int64) error {
 		if s.settled {
 			settled = true
 		} else {
-			s.reported[i] = n
+			s.reports()[i] = n
 		}
 		s.mu.Unlock()
 	}
@@ -152,11 +154,18 @@ type reqState struct {
 	// the failing status (releaseEarly): settle then counts it as 0.
 	earlyReleased uint64
 
-	mu       sync.Mutex
-	reported []int64 // per limit; -1: not reported; under mu
+	mu sync.Mutex
 
-	costs []int64    // per limit: the reserved cost
+	// costs holds per limit the reserved cost, and after them, up to its
+	// capacity, the usage reported per limit (reports; -1: not reported;
+	// under mu): one slice for both, to keep the state in its size class.
+	costs []int64
 	out   []Decision // per limit: Result.Decisions (may be kept by hooks)
+
+	// fields holds the values of the response's rate-limit fields when a
+	// writer beside the style can put them there (styleWriter.wantsBuf);
+	// else nil. It is in the same allocation (newState).
+	fields *fieldbuf.Buf
 
 	req http.Request // the handler's request (withRequest)
 }
@@ -167,15 +176,32 @@ type reqState struct {
 type (
 	statesOf2 struct {
 		reqState
-		reported, costs [2]int64
-		out             [2]Decision
+		costs [2 * 2]int64 // costs, then reports
+		out   [2]Decision
 	}
 	statesOf4 struct {
 		reqState
-		reported, costs [4]int64
-		out             [4]Decision
+		costs [2 * 4]int64
+		out   [4]Decision
+	}
+	// statesOf2F and statesOf4F add the response's field storage
+	// (reqState.fields).
+	statesOf2F struct {
+		statesOf2
+		fields fieldbuf.Buf
+	}
+	statesOf4F struct {
+		statesOf4
+		fields fieldbuf.Buf
 	}
 )
+
+// reports returns the usage reported per limit (-1: not reported; under
+// mu): the second half of costs' array.
+func (s *reqState) reports() []int64 {
+	n := len(s.costs)
+	return s.costs[n : 2*n : 2*n]
+}
 
 func (s *reqState) Value(key any) any {
 	if key == (stateKey{}) {
@@ -220,7 +246,8 @@ func contextName(ctx context.Context) string {
 
 // newState returns the state of a request for key charged to set (nil:
 // not known), whose context is ctx: one allocation for sets of up to four
-// limits, four for more.
+// limits (the field storage included, when the Limiter's writers want it),
+// four or five for more.
 func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *reqState {
 	if !statesMade.Load() {
 		statesMade.Store(true)
@@ -229,19 +256,37 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 	if set != nil {
 		n = len(set.limits)
 	}
+	withFields := l.headers.wantsBuf()
 	var s *reqState
 	switch {
 	case n <= 2:
-		v := new(statesOf2)
+		var v *statesOf2
+		if withFields {
+			vf := new(statesOf2F)
+			v = &vf.statesOf2
+			v.fields = &vf.fields
+		} else {
+			v = new(statesOf2)
+		}
 		s = &v.reqState
-		s.reported, s.costs, s.out = v.reported[:n], v.costs[:n], v.out[:n]
+		s.costs, s.out = v.costs[:n:2*n], v.out[:n]
 	case n <= 4:
-		v := new(statesOf4)
+		var v *statesOf4
+		if withFields {
+			vf := new(statesOf4F)
+			v = &vf.statesOf4
+			v.fields = &vf.fields
+		} else {
+			v = new(statesOf4)
+		}
 		s = &v.reqState
-		s.reported, s.costs, s.out = v.reported[:n], v.costs[:n], v.out[:n]
+		s.costs, s.out = v.costs[:n:2*n], v.out[:n]
 	default:
 		s = new(reqState)
-		s.reported, s.costs, s.out = make([]int64, n), make([]int64, n), make([]Decision, n)
+		s.costs, s.out = make([]int64, n, 2*n), make([]Decision, n)
+		if withFields {
+			s.fields = new(fieldbuf.Buf)
+		}
 	}
 	s.Context, s.lim, s.key, s.set = ctx, l, key, set
 	s.parent, _ = ctx.Value(stateKey{}).(*reqState)
@@ -250,8 +295,9 @@ func (l *Limiter) newState(ctx context.Context, key string, set *PolicySet) *req
 		p.nested = true
 		p.mu.Unlock()
 	}
-	for i := range s.reported {
-		s.reported[i] = -1
+	reported := s.reports()
+	for i := range reported {
+		reported[i] = -1
 	}
 	return s
 }
@@ -301,9 +347,10 @@ func (l *Limiter) releaseEarly(s *reqState) {
 	}
 	var reqs []Request
 	var idx []int
-	for i := range s.reported {
+	reported := s.reports()
+	for i := range reported {
 		lim := &s.set.limits[i]
-		if i >= 64 || !s.out[i].Allowed || s.reported[i] >= 0 || s.costs[i] == 0 || !l.releases(lim, status) || holdsSlot(lim) {
+		if i >= 64 || !s.out[i].Allowed || reported[i] >= 0 || s.costs[i] == 0 || !l.releases(lim, status) || holdsSlot(lim) {
 			continue
 		}
 		reqs = append(reqs, Request{Key: s.key, Limit: lim, Cost: -s.costs[i], At: s.out[i].At})
@@ -407,11 +454,12 @@ func (l *Limiter) settle(s *reqState) {
 	// interface escapes); their own slice for more.
 	var small [inlineScratch]Request
 	var large []Request
-	if len(s.reported) > inlineScratch {
-		large = make([]Request, len(s.reported))
+	reported := s.reports()
+	if len(reported) > inlineScratch {
+		large = make([]Request, len(reported))
 	}
 	n, released := 0, false
-	for i, rep := range s.reported {
+	for i, rep := range reported {
 		if !s.out[i].Allowed {
 			continue // not charged: a shadow limit that refused
 		}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 	"unsafe"
+
+	"github.com/rampmeter/ratelimit/internal/fieldbuf"
 )
 
 // HeaderWriter writes the rate-limit fields of a response from a Result.
@@ -203,47 +205,85 @@ func (w *styleWriter) WriteHeaders(h http.Header, res Result) {
 // is policy ("" when every limit is left out): writeOwn, then the other
 // writers.
 func (w *styleWriter) write(h http.Header, res Result, policy string) {
-	w.writeOwn(h, &res, policy)
-	w.writeOthers(h, res)
+	w.writeBuf(h, res, policy, nil)
+}
+
+// writeBuf is write with the values in fb where they fit (nil: none).
+func (w *styleWriter) writeBuf(h http.Header, res Result, policy string, fb *fieldbuf.Buf) {
+	w.writeOwn(h, &res, policy, fb)
+	w.writeOthers(h, res, fb)
 }
 
 // writeOthers writes the fields of the writers beside the style, for a
-// Result with decisions. They may keep res and its decisions.
-func (w *styleWriter) writeOthers(h http.Header, res Result) {
+// Result with decisions, those that can (bufWriter) with their values in
+// fb (nil: none). They may keep res and its decisions.
+func (w *styleWriter) writeOthers(h http.Header, res Result, fb *fieldbuf.Buf) {
 	if len(res.Decisions) == 0 {
 		return
 	}
 	for _, o := range w.others {
-		o.WriteHeaders(h, res)
+		if bw, ok := o.(bufWriter); ok && fb != nil {
+			bw.WriteHeadersBuf(h, res, fb)
+		} else {
+			o.WriteHeaders(h, res)
+		}
 	}
+}
+
+// bufWriter is a HeaderWriter of this module (llm.OpenAIHeaders) that can
+// put its values in a request's field storage: WriteHeadersBuf is
+// WriteHeaders with the values in fb where they fit. The fieldbuf package
+// is internal, so no other writer implements it.
+type bufWriter interface {
+	WriteHeadersBuf(h http.Header, res Result, fb *fieldbuf.Buf)
+}
+
+// wantsBuf reports whether a writer beside the style is a bufWriter: the
+// requests with a reqState then keep a fieldbuf.Buf in it (newState),
+// which holds the values of the IETF fields too.
+func (w *styleWriter) wantsBuf() bool {
+	if w == nil {
+		return false
+	}
+	for _, o := range w.others {
+		if _, ok := o.(bufWriter); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // writeOwn writes the fields of the style for *res (which it does not
 // keep), whose limits' RateLimit-Policy value is policy.
 //
-// Allocations, for the middleware's budget: one block holding the
-// []string backing both IETF fields and the bytes of the RateLimit value
-// (built in a stack buffer; ietfValues), two for a value of more than 96
-// bytes; HeadersXRateLimit adds one string (the three values, sliced)
-// and one []string. A nested Limiter (fields already present) pays two
-// more strings (the joined values); the RateLimit-Policy value is
+// Allocations, for the middleware's budget: none when fb (the request's
+// field storage, or nil) has room for the []string backing both IETF
+// fields and the bytes of the RateLimit value; else one block holding both
+// (the value built in a stack buffer; ietfValues), two for a value of more
+// than 96 bytes; HeadersXRateLimit adds one string (the three values,
+// sliced) and one []string. A nested Limiter (fields already present) pays
+// two more strings (the joined values); the RateLimit-Policy value is
 // precomputed (PolicySet.policy).
-func (w *styleWriter) writeOwn(h http.Header, res *Result, policy string) {
+func (w *styleWriter) writeOwn(h http.Header, res *Result, policy string, fb *fieldbuf.Buf) {
 	if len(res.Decisions) == 0 {
 		return
 	}
 	if w.style&HeadersIETF != 0 && policy != "" {
 		policy = calendarPolicy(policy, res, w.style&HeadersShadow != 0)
-		var buf [128]byte
-		b := appendRateLimit(buf[:0], res, w.style&HeadersShadow != 0)
 		var vs []string
 		if old, oldPolicy := h["Ratelimit"], h["Ratelimit-Policy"]; len(old) > 0 || len(oldPolicy) > 0 {
 			// A Limiter before this one set its members: add ours after
 			// them, in one field line each (RFC 9651 §4.2 would combine
 			// several lines, but many clients read only the first).
+			var buf [128]byte
+			b := appendRateLimit(buf[:0], res, w.style&HeadersShadow != 0)
 			vs = []string{joinList(oldPolicy, policy), joinList(old, string(b))}
+		} else if vs = fb.Values(2); vs != nil {
+			// Built in fb's room (or, beyond it, its own array).
+			vs[0], vs[1] = policy, fb.Take(appendRateLimit(fb.Bytes(), res, w.style&HeadersShadow != 0))
 		} else {
-			vs = ietfValues(policy, b)
+			var buf [128]byte
+			vs = ietfValues(policy, appendRateLimit(buf[:0], res, w.style&HeadersShadow != 0))
 		}
 		// One backing array for both fields; the capacity limits keep an
 		// Add to one field from overwriting the other.

@@ -133,9 +133,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		res.RetryAfter = l.jitter.apply(res.RetryAfter)
 	}
 	if overWait {
-		l.headers.write(w.Header(), overWaitFields(&res), set.policy)
+		l.headers.writeBuf(w.Header(), overWaitFields(&res), set.policy, s.fields)
 	} else {
-		l.headers.write(w.Header(), res, set.policy)
+		l.headers.writeBuf(w.Header(), res, set.policy, s.fields)
 	}
 	if !res.Allowed {
 		l.refuse(w, r, &res, overWait, s.costs)
@@ -149,7 +149,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		// The request ended while queued: it never runs, so refund its
 		// reservation (it was charged; the settlement makes it free).
 		s.mu.Lock()
-		clear(s.reported)
+		clear(s.reports())
 		s.mu.Unlock()
 		// Its slot was Delay away: a retry should not come sooner.
 		w.Header().Set("Retry-After", formatSeconds(retryAfterSeconds(res.Delay)))
@@ -208,9 +208,9 @@ func (l *Limiter) serveLight(w http.ResponseWriter, r *http.Request, next http.H
 		f := overWaitFields(&res)
 		fields = &f
 	}
-	l.headers.writeOwn(h, fields, set.policy)
+	l.headers.writeOwn(h, fields, set.policy, nil)
 	if len(l.headers.others) > 0 {
-		l.headers.writeOthers(h, fields.detached())
+		l.headers.writeOthers(h, fields.detached(), nil)
 	}
 	if !res.Allowed {
 		l.refuse(w, r, &res, overWait, ones(len(set.limits)))

@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/rampmeter/ratelimit"
+	"github.com/rampmeter/ratelimit/internal/fieldbuf"
 )
 
 // OpenAIHeaders returns a [ratelimit.HeaderWriter] that sends the fields of
@@ -116,23 +117,41 @@ type openAIFields struct {
 }
 
 func (w openAIHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
+	w.WriteHeadersBuf(h, res, nil)
+}
+
+// WriteHeadersBuf is WriteHeaders with the values in fb, the storage that
+// the middleware keeps for a request's fields, where they fit (nil: none).
+func (w openAIHeaders) WriteHeadersBuf(h http.Header, res ratelimit.Result, fb *fieldbuf.Buf) {
 	w.write(h, res)
 	ds := [2]*ratelimit.Decision{mostRestrictive(res.Decisions, ratelimit.Requests), mostRestrictive(res.Decisions, ratelimit.Tokens)}
 	if ds[0] == nil && ds[1] == nil {
 		return
 	}
-	f := new(openAIFields)
-	var ends [6]int
-	b, n := f.buf[:0], 0
+	n := 0
 	for _, d := range ds {
 		if d != nil {
-			b = appendOpenAIDuration(appendCounts(b, d, ends[n:n+2]), d.Reset)
-			ends[n+2] = len(b)
 			n += 3
 		}
 	}
-	splitFields(f.vs[:n], b, ends[:n])
-	vs := f.vs[:]
+	var b []byte
+	vs := fb.Values(n)
+	if vs != nil {
+		b = fb.Bytes()
+	} else {
+		f := new(openAIFields)
+		vs, b = f.vs[:n], f.buf[:0]
+	}
+	var ends [6]int
+	i := 0
+	for _, d := range ds {
+		if d != nil {
+			b = appendOpenAIDuration(appendCounts(b, d, ends[i:i+2]), d.Reset)
+			ends[i+2] = len(b)
+			i += 3
+		}
+	}
+	splitFields(vs, fb.Take(b), ends[:n])
 	if ds[0] != nil {
 		h["X-Ratelimit-Limit-Requests"], h["X-Ratelimit-Remaining-Requests"], h["X-Ratelimit-Reset-Requests"] = vs[0:1:1], vs[1:2:2], vs[2:3:3]
 		vs = vs[3:]
@@ -179,7 +198,7 @@ func (w anthropicHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 			n += 3
 		}
 	}
-	splitFields(f.vs[:n], b, ends[:n])
+	splitFields(f.vs[:n], unsafe.String(unsafe.SliceData(b), len(b)), ends[:n])
 	vs := f.vs[:]
 	for i, d := range ds {
 		if d != nil {
@@ -200,13 +219,8 @@ func appendCounts(b []byte, d *ratelimit.Decision, ends []int) []byte {
 	return b
 }
 
-// splitFields sets vs to the pieces of b that end at ends. b is not
-// written again: the strings share its bytes (as strings.Builder's do).
-func splitFields(vs []string, b []byte, ends []int) {
-	if len(b) == 0 {
-		return
-	}
-	s := unsafe.String(unsafe.SliceData(b), len(b))
+// splitFields sets vs to the pieces of s that end at ends.
+func splitFields(vs []string, s string, ends []int) {
 	start := 0
 	for i, end := range ends {
 		vs[i] = s[start:end]
