@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
+	"math/bits"
+	"math/rand/v2"
 	"net/http/httptest"
 	"reflect"
 	"strings"
-	"math/bits"
-	"math/rand/v2"
 	"testing"
 	"unsafe"
 )
