@@ -124,15 +124,33 @@ func (w openAIHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 // the middleware keeps for a request's fields, where they fit (nil: none).
 func (w openAIHeaders) WriteHeadersBuf(h http.Header, res ratelimit.Result, fb *fieldbuf.Buf) {
 	w.write(h, res)
-	ds := [2]*ratelimit.Decision{mostRestrictive(res.Decisions, ratelimit.Requests), mostRestrictive(res.Decisions, ratelimit.Tokens)}
-	if ds[0] == nil && ds[1] == nil {
-		return
+	var ds [2]*ratelimit.Decision // requests, tokens: mostRestrictive of each, in one pass
+	for i := range res.Decisions {
+		d := &res.Decisions[i]
+		if d.Limit == nil || d.Limit.IsShadow() {
+			continue
+		}
+		var b **ratelimit.Decision
+		switch d.Limit.Unit() {
+		case ratelimit.Requests:
+			b = &ds[0]
+		case ratelimit.Tokens:
+			b = &ds[1]
+		default:
+			continue
+		}
+		if *b == nil || d.Remaining < (*b).Remaining {
+			*b = d
+		}
 	}
 	n := 0
 	for _, d := range ds {
 		if d != nil {
 			n += 3
 		}
+	}
+	if n == 0 {
+		return
 	}
 	var b []byte
 	vs := fb.Values(n)
