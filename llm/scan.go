@@ -350,6 +350,11 @@ func (s *scanner) scanString() (sp strTok, ok bool) {
 			m := specialBytes(binary.LittleEndian.Uint64(d[i:]))
 			if m != 0 {
 				i += bits.TrailingZeros64(m) / 8
+				if d[i] == '"' { // the common end: no other special byte
+					sp.end = i
+					s.i = i + 1
+					return sp, true
+				}
 				break
 			}
 			i += 8
