@@ -266,7 +266,9 @@ func (s *scanner) peek() byte {
 }
 
 func (s *scanner) skipWS() {
-	for s.i < len(s.data) {
+	// Every white-space byte is at most ' ': one comparison for the
+	// common case, a compact body.
+	for s.i < len(s.data) && s.data[s.i] <= ' ' {
 		switch s.data[s.i] {
 		case ' ', '\t', '\n', '\r':
 			s.i++
