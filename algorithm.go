@@ -135,7 +135,7 @@ func (l *Limit) ExpiresAt(s *State) int64 {
 	case CalendarWindow:
 		return l.calendarExpires(s)
 	default:
-		return s.Updated + ceilDiv(s.Level, l.drain)
+		return s.Updated + l.drainBy.ceil(s.Level)
 	}
 }
 
@@ -247,15 +247,20 @@ func (l *Limit) bucketTake(s *State, now, cost int64, d *Decision) (refill int64
 	case cost > l.burstOf():
 		d.RetryAfter = RetryNever
 	case s.Level+cost*l.scale > l.capacity:
-		d.RetryAfter = micros(ceilDiv(s.Level+cost*l.scale-l.capacity, l.drain))
+		d.RetryAfter = micros(l.drainBy.ceil(s.Level + cost*l.scale - l.capacity))
 	default:
 		d.Allowed = true
 		if l.algorithm == LeakyBucket {
-			d.Delay = micros(ceilDiv(s.Level, l.drain))
+			d.Delay = micros(l.drainBy.ceil(s.Level))
 		}
 		s.Level += cost * l.scale
 	}
-	refill = l.describeBucket(s.Level, d)
+	// describeBucket, by hand: too large for the compiler to inline.
+	if s.Level < l.capacity {
+		d.Remaining = l.scaleBy.div(l.capacity - s.Level)
+	}
+	refill = l.drainBy.ceil(s.Level)
+	d.Reset = micros(refill)
 	addLag(d, lag)
 	return refill
 }
@@ -314,9 +319,9 @@ func (l *Limit) drainTo(s *State, now int64) {
 // returns Reset in µs, ⌈level/drain⌉.
 func (l *Limit) describeBucket(level int64, d *Decision) (refill int64) {
 	if level < l.capacity {
-		d.Remaining = (l.capacity - level) / l.scale
+		d.Remaining = l.scaleBy.div(l.capacity - level)
 	}
-	refill = ceilDiv(level, l.drain)
+	refill = l.drainBy.ceil(level)
 	d.Reset = micros(refill)
 	return refill
 }

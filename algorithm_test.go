@@ -480,3 +480,48 @@ func TestDrainToMatchesDivision(t *testing.T) {
 		require.Equal(t, 1+elapsed, s.Updated)
 	}
 }
+
+// TestDivisorMatchesDivision: divisor's multiply-and-shift quotient is the
+// division's for every divisor from 1 to 4096 and random ones up to
+// 2^63−1, on the numerators next to multiples of the divisor (where a
+// rounding error would show first), the extremes and random ones.
+func TestDivisorMatchesDivision(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	check := func(d, n int64) {
+		t.Helper()
+		v := newDivisor(d)
+		if got, want := v.div(n), n/d; got != want {
+			t.Fatalf("⌊%d/%d⌋: got %d, want %d", n, d, got, want)
+		}
+		if got, want := v.ceil(n), ceilDiv(n, d); got != want {
+			t.Fatalf("⌈%d/%d⌉: got %d, want %d", n, d, got, want)
+		}
+	}
+	const maxN = math.MaxInt64
+	ds := make([]int64, 0, 4096+20_000)
+	for d := int64(1); d <= 4096; d++ {
+		ds = append(ds, d)
+	}
+	for range 20_000 {
+		ds = append(ds, 1+rng.Int64N(1<<uint(rng.IntN(63))))
+	}
+	ds = append(ds, maxN, maxN-1, 1<<62, 1<<62+1, 3<<61)
+	for _, d := range ds {
+		for _, n := range []int64{0, 1, d - 1, d, d + 1, maxN, maxN - 1, maxN - maxN%d, maxN - maxN%d - 1, 1 << 52, 1<<52 - 1} {
+			if n >= 0 {
+				check(d, n)
+			}
+		}
+		for range 20 {
+			q := 1 + rng.Int64N(maxN/d) // a multiple of d, and its neighbours
+			for _, n := range []int64{q * d, q*d - 1, q*d + 1, rng.Int64N(maxN)} {
+				if n >= 0 {
+					check(d, n)
+				}
+			}
+		}
+	}
+	if got := newDivisor(5).ceil(-3); got != 0 { // as ceilDiv's
+		t.Fatalf("⌈-3/5⌉: got %d, want 0", got)
+	}
+}

@@ -188,7 +188,11 @@ type Limit struct {
 	scale    int64 // microseconds-per-unit numerator: Period(µs)/g
 	drain    int64 // units-per-microsecond numerator: Quota/g
 	capacity int64 // Burst × scale, the capacity in internal units
-	periodUS int64 // Period in µs
+	// scaleBy and drainBy divide by scale and by drain without a
+	// division instruction (see divisor): a bucket's decision divides by
+	// both.
+	scaleBy, drainBy divisor
+	periodUS         int64 // Period in µs
 	// The quota and window announced in RateLimit-Policy (q and w, see
 	// HeadersIETF): Quota and Period in seconds, or both scaled when the
 	// period is not a whole number of seconds.
@@ -376,6 +380,7 @@ func (l Limit) finish() Limit {
 		l.unit = ConcurrentRequests // WithAlgorithm(Concurrency): what it counts
 	}
 	l.scale, l.drain, l.capacity, l.periodUS, l.id = 0, 0, 0, 0, ""
+	l.scaleBy, l.drainBy = divisor{}, divisor{}
 	l.wireQ, l.wireW = 0, 0
 	l.err = l.buildErr
 	if l.err == nil {
@@ -399,6 +404,7 @@ func (l Limit) finish() Limit {
 		return l
 	}
 	l.scale, l.drain, l.capacity, l.periodUS = scale, drain, l.Burst()*scale, periodMicros
+	l.scaleBy, l.drainBy = newDivisor(scale), newDivisor(drain)
 	if err := l.validateAlgorithm(drain); err != nil {
 		l.err = err
 		return l
@@ -603,6 +609,53 @@ func (l Limit) Params() (scale, drain, capacity int64) {
 		return 0, 0, 0
 	}
 	return l.scale, l.drain, l.capacity
+}
+
+// divisor divides a non-negative int64 by a constant d ≥ 1 exactly,
+// with a multiplication and a shift instead of a division instruction
+// (Granlund and Montgomery, "Division by Invariant Integers using
+// Multiplication", PLDI 1994, theorem 4.2): with N = 63, the bits of a
+// non-negative int64, and ℓ = ⌈log2 d⌉, the multiplier m = ⌈2^(N+ℓ)/d⌉
+// satisfies 2^(N+ℓ) ≤ m×d < 2^(N+ℓ) + d ≤ 2^(N+ℓ) + 2^ℓ, so that
+// ⌊n/d⌋ = ⌊m×n / 2^(N+ℓ)⌋ for every 0 ≤ n < 2^N: the high word of the
+// 128-bit product m×n shifted right by ℓ−1. m < 2^64 because d > 2^(ℓ−1).
+// d = 1 (ℓ = 0) would need m = 2^64: its divisor has m = 0, and the
+// quotient is n. The zero divisor is invalid (it divides as d = 1).
+type divisor struct {
+	m     uint64 // ⌈2^(63+ℓ)/d⌉, or 0 for d = 1
+	shift uint8  // ℓ−1
+}
+
+// newDivisor returns the divisor by d ≥ 1.
+func newDivisor(d int64) divisor {
+	if d <= 1 {
+		return divisor{}
+	}
+	l := bits.Len64(uint64(d - 1)) // ⌈log2 d⌉ ≥ 1, and 2^(ℓ−1) < d ≤ 2^ℓ
+	// 2^(63+ℓ) is the 128-bit number hi:0 with hi = 2^(ℓ−1) < d, so the
+	// quotient fits in 64 bits.
+	q, r := bits.Div64(uint64(1)<<(l-1), 0, uint64(d))
+	if r != 0 {
+		q++ // the ceiling; q < 2^64−1 since d > 2^(ℓ−1)
+	}
+	return divisor{m: q, shift: uint8(l - 1)}
+}
+
+// div returns ⌊n/d⌋ for 0 ≤ n.
+func (v divisor) div(n int64) int64 {
+	if v.m == 0 {
+		return n
+	}
+	hi, _ := bits.Mul64(uint64(n), v.m)
+	return int64(hi >> v.shift)
+}
+
+// ceil returns ⌈n/d⌉ for n ≥ 0, and 0 for n < 0, as ceilDiv does.
+func (v divisor) ceil(n int64) int64 {
+	if n <= 0 {
+		return 0
+	}
+	return v.div(n-1) + 1
 }
 
 // ceilDiv returns ceil(a/b) for a ≥ 0, b > 0.

@@ -44,18 +44,28 @@ type name struct {
 	next  int32  // the next slot in the chain, or none
 }
 
+// shardData's first 64 bytes hold what every decision on an existing
+// entry reads or writes besides the entry itself: the lock, the clock
+// (written by advance), and the slab's and the index's slice headers. A
+// hot key's decisions alternate between cores, and each one moves the
+// lines it writes to its core: kept on the lock's line, the clock moves
+// with the lock instead of costing a line of its own. The rest is read
+// (shared by the cores' caches) or written only to insert and remove.
 type shardData struct {
 	mu sync.Mutex
+	// clock is the latest time decided in the shard by the default
+	// clock, in µs (see advance).
+	clock int64
+	// slab and names are indexed by slot: the state numbers (no
+	// pointers) and who they belong to. A decision on an existing entry
+	// hashes its key once and updates its slot in place.
+	slab []entry
 	// index maps the hash of a key to the first slot of the chain of
 	// entries whose keys have that hash: the key's entries under each of
 	// its limits, and, very rarely, those of another key with the same
 	// 64-bit hash. A uint64 hashes and compares faster than the strings
 	// it stands for, and takes a quarter of the space.
 	index index
-	// slab and names are indexed by slot: the state numbers (no
-	// pointers) and who they belong to. A decision on an existing entry
-	// hashes its key once and updates its slot in place.
-	slab  []entry
 	names []name
 	logs  map[int32][]int64 // SlidingLog and Concurrency entries' timestamps, by slot
 	free  []int32           // slots not in use
@@ -64,9 +74,6 @@ type shardData struct {
 	seed  maphash.Seed      // the store's, to find a slot's chain from its key
 	// lastSweep is the store's clock at the last sweep, in µs.
 	lastSweep int64
-	// clock is the latest time decided in the shard by the default
-	// clock, in µs (see advance).
-	clock int64
 }
 
 type shard struct {

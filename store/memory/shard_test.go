@@ -187,3 +187,15 @@ func TestEntriesOfOneKeyShareItsCopy(t *testing.T) {
 	assert.False(t, unsafe.StringData(ka) == unsafe.StringData(key), "a copy, not the caller's string")
 	assert.False(t, unsafe.StringData(ko) == unsafe.StringData(ka), "another key's own copy")
 }
+
+// TestShardHotLine: the fields every decision touches (see shardData)
+// share the lock's cache line.
+func TestShardHotLine(t *testing.T) {
+	var sd shardData
+	if end := unsafe.Offsetof(sd.index.cells) + unsafe.Sizeof(sd.index.cells); end > 64 {
+		t.Fatalf("the hot fields end at byte %d, past the lock's 64-byte line", end)
+	}
+	if unsafe.Sizeof(shard{})%cacheLine != 0 {
+		t.Fatalf("shard is %d bytes, not a multiple of %d", unsafe.Sizeof(shard{}), cacheLine)
+	}
+}
