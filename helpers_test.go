@@ -51,7 +51,7 @@ func (s *recordingStore) Take(ctx context.Context, reqs []ratelimit.Request, out
 // TakeOne counts a take like Take, and goes through the inner store's
 // TakeOne when it has one (store/memory), so that the tests cover the
 // Limiter's single-request path; otherwise through its Take.
-func (s *recordingStore) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+func (s *recordingStore) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
 	s.mu.Lock()
 	s.takes++
 	s.mu.Unlock()
@@ -59,8 +59,11 @@ func (s *recordingStore) TakeOne(ctx context.Context, r ratelimit.Request) (rate
 		return one.TakeOne(ctx, r)
 	}
 	out := make([]ratelimit.Decision, 1)
-	err := s.Store.Take(ctx, []ratelimit.Request{r}, out)
-	return out[0], err
+	if err := s.Store.Take(ctx, []ratelimit.Request{r}, out); err != nil {
+		return false, 0, 0, 0, 0, 0, err
+	}
+	d := &out[0]
+	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
 }
 
 // NonBlocking forwards the inner store's answer, false if it has none.

@@ -173,14 +173,20 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 
 // SingleTaker is an optional interface of a Store: TakeOne decides one
 // request exactly as Take(ctx, []Request{r}, out) would (the same checks,
-// the same errors, the same Decision), but takes and returns values. The
-// Limiter calls it for a request of one limit (Limiter.Take and the
-// middleware), so that no slice crosses the interface: a slice passed
-// through an interface method escapes, which costs an allocation per call
-// unless the caller keeps scratch. store/memory implements it. A wrapper
-// store should implement it only when the store it wraps does.
+// the same errors, the same Decision), but takes and returns values: the
+// fields of the Decision one by one, all but Limit, which is r.Limit (on
+// an error, zeros). The Limiter calls it for a request of one limit
+// (Limiter.Take and the middleware), so that no slice crosses the
+// interface: a slice passed through an interface method escapes, which
+// costs an allocation per call unless the caller keeps scratch. The
+// fields come back in registers; a returned Decision, a struct too large
+// for the compiler to keep in registers, would be stored to memory by the
+// caller and copied once more, 16 bytes at a time, reading back the 8-byte
+// fields just stored, which defeats the CPU's store-to-load forwarding
+// (a tenth of a Limiter.Take). store/memory implements it. A wrapper store
+// should implement it only when the store it wraps does.
 type SingleTaker interface {
-	TakeOne(ctx context.Context, r Request) (Decision, error)
+	TakeOne(ctx context.Context, r Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error)
 }
 
 // PairTaker is an optional interface of a Store: TakeTwo decides the

@@ -128,15 +128,22 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 
 // callOne is call for a Take of the one request r, through the store's
 // SingleTaker (l.one, non-nil), writing the decision to *out: no slice
-// crosses the interface.
+// crosses the interface, and the Decision's fields come back in registers
+// (see SingleTaker).
 func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
 		start = l.now()
 	}
-	d, err := l.one.TakeOne(tctx, r)
-	copyDecision(out, &d)
+	allowed, remaining, reset, retryAfter, delay, at, err := l.one.TakeOne(tctx, r)
+	// Field by field: a field added to Decision must be added here and
+	// to SingleTaker (TestTakeOneDecisionCopiedWhole).
+	out.Limit, out.Allowed, out.Remaining, out.Reset = r.Limit, allowed, remaining, reset
+	out.RetryAfter, out.Delay, out.At = retryAfter, delay, at
+	if err != nil {
+		out.Limit = nil // a failed call decides nothing
+	}
 	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
 		return nil // what called would do, without its call
 	}

@@ -16,15 +16,17 @@ type fixedOne struct {
 	d ratelimit.Decision
 }
 
-func (f fixedOne) TakeOne(context.Context, ratelimit.Request) (ratelimit.Decision, error) {
-	return f.d, nil
+func (f fixedOne) TakeOne(_ context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	d := &f.d
+	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
 }
 
-// TestTakeOneDecisionCopiedWhole: Limiter.callOne copies TakeOne's
-// Decision field by field (see its comment), so a field added to Decision
-// must be added there too. Every field of the store's Decision is set to
-// a value of its own (by reflection, so a new field is set too) and must
-// reach the Result unchanged.
+// TestTakeOneDecisionCopiedWhole: TakeOne returns a Decision's fields one
+// by one and Limiter.callOne puts them back together (see SingleTaker),
+// so a field added to Decision must be added to both. Every field of the
+// store's Decision is set to a value of its own (by reflection, so a new
+// field is set too) and must reach the Result unchanged; the Limit is the
+// request's, the Limiter's own copy of the limit.
 func TestTakeOneDecisionCopiedWhole(t *testing.T) {
 	mem, err := memory.New()
 	if err != nil {
@@ -54,7 +56,15 @@ func TestTakeOneDecisionCopiedWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.Decisions) != 1 || !reflect.DeepEqual(res.Decisions[0], want) {
-		t.Fatalf("Decisions %+v, want [%+v]: Limiter.callOne drops a field", res.Decisions, want)
+	if len(res.Decisions) != 1 {
+		t.Fatalf("%d decisions, want 1", len(res.Decisions))
+	}
+	got := res.Decisions[0]
+	if got.Limit == nil || got.Limit.ID() != lim.ID() {
+		t.Fatalf("Decision.Limit %v, want the Limiter's limit %v", got.Limit, lim)
+	}
+	got.Limit = want.Limit
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Decision %+v, want %+v: TakeOne or Limiter.callOne drops a field", got, want)
 	}
 }

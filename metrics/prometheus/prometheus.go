@@ -516,11 +516,11 @@ func (i *instrumented) NonBlocking() bool {
 func (i *instrumented) base() *instrumented { return i }
 
 // takeOne calls one.TakeOne and records its duration as a Take's.
-func (i *instrumented) takeOne(one ratelimit.SingleTaker, ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+func (i *instrumented) takeOne(one ratelimit.SingleTaker, ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
 	start := i.m.now()
-	d, err := one.TakeOne(ctx, r)
+	allowed, remaining, reset, retryAfter, delay, at, err = one.TakeOne(ctx, r)
 	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
-	return d, err
+	return allowed, remaining, reset, retryAfter, delay, at, err
 }
 
 // takeTwo calls pair.TakeTwo and records its duration as a Take's.
@@ -540,7 +540,7 @@ type instrumentedOne struct {
 
 // TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
 // and records its duration as a Take's.
-func (i *instrumentedOne) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+func (i *instrumentedOne) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
 	return i.takeOne(i.one, ctx, r)
 }
 
@@ -567,7 +567,7 @@ type instrumentedOnePair struct {
 
 // TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
 // and records its duration as a Take's.
-func (i *instrumentedOnePair) TakeOne(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+func (i *instrumentedOnePair) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
 	return i.takeOne(i.one, ctx, r)
 }
 

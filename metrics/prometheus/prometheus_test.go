@@ -493,10 +493,10 @@ func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	require.True(t, ok, "memory is a SingleTaker, so is its wrapper")
 	assert.True(t, w.(ratelimit.NonBlocking).NonBlocking())
 	l := ratelimit.PerMinute(2)
-	d, err := one.TakeOne(context.Background(), ratelimit.Request{Key: "k", Limit: &l, Cost: 1})
+	allowed, remaining, _, _, _, _, err := one.TakeOne(context.Background(), ratelimit.Request{Key: "k", Limit: &l, Cost: 1})
 	require.NoError(t, err)
-	assert.True(t, d.Allowed)
-	assert.Equal(t, int64(1), d.Remaining)
+	assert.True(t, allowed)
+	assert.Equal(t, int64(1), remaining)
 	assert.Equal(t, uint64(1), durationCounts(t, reg, "rampmeter_store_duration_seconds")["take/ok"], "TakeOne measured as a Take")
 	assert.True(t, m.wraps(w))
 
@@ -518,9 +518,9 @@ func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, db.Allowed, "11 > 10")
 	assert.True(t, da.Allowed, "l had room; the stack's refusal is db's")
-	d, err = one.TakeOne(context.Background(), ratelimit.Request{Key: "k2", Limit: &l, Cost: 1})
+	_, remaining, _, _, _, _, err = one.TakeOne(context.Background(), ratelimit.Request{Key: "k2", Limit: &l, Cost: 1})
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), d.Remaining, "the refused stack charged nothing")
+	assert.Equal(t, int64(1), remaining, "the refused stack charged nothing")
 	assert.Equal(t, uint64(4), durationCounts(t, reg, "rampmeter_store_duration_seconds")["take/ok"], "each TakeTwo measured as one Take")
 
 	// A store that is only one of the two gives a wrapper that is only

@@ -229,8 +229,8 @@ func BenchmarkStoreTakeOne(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if d, err := st.TakeOne(ctx, r); err != nil || !d.Allowed {
-			b.Fatal(d.Allowed, err)
+		if allowed, _, _, _, _, _, err := st.TakeOne(ctx, r); err != nil || !allowed {
+			b.Fatal(allowed, err)
 		}
 	}
 }

@@ -105,14 +105,16 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 }
 
 // TakeOne implements ratelimit.SingleTaker: it decides r as Take does a
-// call of one request, with the same errors, and allocates nothing when
-// the entry exists (the Limiter calls it for a request of one limit).
-func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (d ratelimit.Decision, err error) {
+// call of one request, with the same errors, and returns the Decision's
+// fields (but Limit, r.Limit). It allocates nothing when the entry exists
+// (the Limiter calls it for a request of one limit).
+func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	var d ratelimit.Decision
 	if err := check(ctx, unsafe.Slice(&r, 1), unsafe.Slice(&d, 1), true); err != nil {
-		return ratelimit.Decision{}, err
+		return false, 0, 0, 0, 0, 0, err
 	}
 	s.one(&r, &d, true)
-	return d, nil
+	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
 }
 
 // TakeTwo implements ratelimit.PairTaker: it decides the stack of a and b
