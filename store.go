@@ -190,15 +190,21 @@ type SingleTaker interface {
 }
 
 // PairTaker is an optional interface of a Store: TakeTwo decides the
-// stack of the two requests a and b exactly as Take(ctx, []Request{a, b},
-// out) would (the same checks, the same errors, the same Decisions, all or
-// nothing), but takes and returns values, da for a and db for b. The
-// Limiter calls it for a request of two limits (Limiter.Take and the
-// middleware), so that no slice crosses the interface (see SingleTaker).
-// store/memory implements it. A wrapper store should implement it only
-// when the store it wraps does.
+// stack of the two requests a = {keyA, limitA, costA} and b = {keyB,
+// limitB, costB} exactly as Take(ctx, []Request{a, b}, out) would (the
+// same checks, the same errors, the same Decisions, all or nothing), but
+// takes and returns values: the requests' fields, and the fields of a's
+// Decision and then b's one by one, all but Limit, which is the request's
+// (on an error, zeros). The Limiter calls it for a request of two limits
+// (Limiter.Take and the middleware), so that no slice crosses the
+// interface (see SingleTaker), and so that no Request or Decision is
+// copied through memory on the way: the values travel in registers or
+// as 8-byte words on the stack, where structs would be copied 16 bytes
+// at a time over 8-byte stores (see SingleTaker). store/memory
+// implements it. A wrapper store should implement it only when the store
+// it wraps does.
 type PairTaker interface {
-	TakeTwo(ctx context.Context, a, b Request) (da, db Decision, err error)
+	TakeTwo(ctx context.Context, keyA string, limitA *Limit, costA int64, keyB string, limitB *Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error)
 }
 
 // NonBlocking is an optional interface of a Store. NonBlocking returning

@@ -139,25 +139,16 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 	allowed, remaining, reset, retryAfter, delay, at, err := l.one.TakeOne(tctx, r)
 	// Field by field: a field added to Decision must be added here and
 	// to SingleTaker (TestTakeOneDecisionCopiedWhole).
-	out.Limit, out.Allowed, out.Remaining, out.Reset = r.Limit, allowed, remaining, reset
-	out.RetryAfter, out.Delay, out.At = retryAfter, delay, at
+	limit := r.Limit
 	if err != nil {
-		out.Limit = nil // a failed call decides nothing
+		limit = nil // a failed call decides nothing
 	}
+	out.Limit, out.Allowed, out.Remaining, out.Reset = limit, allowed, remaining, reset
+	out.RetryAfter, out.Delay, out.At = retryAfter, delay, at
 	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
 		return nil // what called would do, without its call
 	}
 	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
-}
-
-// copyDecision copies *d, a Decision a store call just returned, to *out
-// field by field: *out = *d would copy the Decision just spilled from the
-// result registers 16 bytes at a time, which defeats the CPU's
-// store-to-load forwarding (a tenth of a Take; see Limit.TakeTo). A field
-// added to Decision must be added here (TestTakeOneDecisionCopiedWhole).
-func copyDecision(out, d *Decision) {
-	out.Limit, out.Allowed, out.Remaining, out.Reset = d.Limit, d.Allowed, d.Remaining, d.Reset
-	out.RetryAfter, out.Delay, out.At = d.RetryAfter, d.Delay, d.At
 }
 
 // storeContext returns the context of a store call made with ctx: ctx
@@ -409,16 +400,22 @@ func (l *Limiter) decideTwo(ctx context.Context, key string, limits []Limit, cos
 // on key, through the store's PairTaker (l.pair, non-nil), writing the
 // decisions to ds[0] and ds[1]: no slice crosses the interface.
 func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) error {
-	a := Request{Key: key, Limit: &limits[0], Cost: costOf(costs, 0)}
-	b := Request{Key: key, Limit: &limits[1], Cost: costOf(costs, 1)}
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
 		start = l.now()
 	}
-	da, db, err := l.pair.TakeTwo(tctx, a, b)
-	copyDecision(&ds[0], &da)
-	copyDecision(&ds[1], &db)
+	la, lb := &limits[0], &limits[1]
+	allowedA, remainingA, resetA, retryAfterA, delayA, atA,
+		allowedB, remainingB, resetB, retryAfterB, delayB, atB, err := l.pair.TakeTwo(tctx, key, la, costOf(costs, 0), key, lb, costOf(costs, 1))
+	if err != nil {
+		la, lb = nil, nil // a failed call decides nothing
+	}
+	// Field by field: a field added to Decision must be added here and
+	// to PairTaker (TestTakeTwoDecisionsCopiedWhole).
+	a, b := &ds[0], &ds[1]
+	a.Limit, a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At = la, allowedA, remainingA, resetA, retryAfterA, delayA, atA
+	b.Limit, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At = lb, allowedB, remainingB, resetB, retryAfterB, delayB, atB
 	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
 		return nil // what called would do, without its call
 	}

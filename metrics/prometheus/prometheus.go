@@ -524,11 +524,13 @@ func (i *instrumented) takeOne(one ratelimit.SingleTaker, ctx context.Context, r
 }
 
 // takeTwo calls pair.TakeTwo and records its duration as a Take's.
-func (i *instrumented) takeTwo(pair ratelimit.PairTaker, ctx context.Context, a, b ratelimit.Request) (ratelimit.Decision, ratelimit.Decision, error) {
+func (i *instrumented) takeTwo(pair ratelimit.PairTaker, ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
 	start := i.m.now()
-	da, db, err := pair.TakeTwo(ctx, a, b)
+	allowedA, remainingA, resetA, retryAfterA, delayA, atA,
+		allowedB, remainingB, resetB, retryAfterB, delayB, atB, err = pair.TakeTwo(ctx, keyA, limitA, costA, keyB, limitB, costB)
 	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
-	return da, db, err
+	return allowedA, remainingA, resetA, retryAfterA, delayA, atA,
+		allowedB, remainingB, resetB, retryAfterB, delayB, atB, err
 }
 
 // instrumentedOne is instrumented for a store that is a SingleTaker and
@@ -553,8 +555,8 @@ type instrumentedPair struct {
 
 // TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
 // and records its duration as a Take's.
-func (i *instrumentedPair) TakeTwo(ctx context.Context, a, b ratelimit.Request) (ratelimit.Decision, ratelimit.Decision, error) {
-	return i.takeTwo(i.pair, ctx, a, b)
+func (i *instrumentedPair) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
+	return i.takeTwo(i.pair, ctx, keyA, limitA, costA, keyB, limitB, costB)
 }
 
 // instrumentedOnePair is instrumented for a store that is both a
@@ -573,6 +575,6 @@ func (i *instrumentedOnePair) TakeOne(ctx context.Context, r ratelimit.Request) 
 
 // TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
 // and records its duration as a Take's.
-func (i *instrumentedOnePair) TakeTwo(ctx context.Context, a, b ratelimit.Request) (ratelimit.Decision, ratelimit.Decision, error) {
-	return i.takeTwo(i.pair, ctx, a, b)
+func (i *instrumentedOnePair) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
+	return i.takeTwo(i.pair, ctx, keyA, limitA, costA, keyB, limitB, costB)
 }

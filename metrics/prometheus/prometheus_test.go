@@ -505,14 +505,14 @@ func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	pair, ok := w.(ratelimit.PairTaker)
 	require.True(t, ok, "memory is a PairTaker, so is its wrapper")
 	tokens := ratelimit.PerMinute(10)
-	da, db, err := pair.TakeTwo(context.Background(),
+	da, db, err := takeTwo(pair, context.Background(),
 		ratelimit.Request{Key: "k", Limit: &l, Cost: 1},
 		ratelimit.Request{Key: "k", Limit: &tokens, Cost: 4})
 	require.NoError(t, err)
 	assert.True(t, da.Allowed && db.Allowed)
 	assert.Equal(t, int64(0), da.Remaining, "the second of l's 2")
 	assert.Equal(t, int64(6), db.Remaining, "10 - 4")
-	da, db, err = pair.TakeTwo(context.Background(),
+	da, db, err = takeTwo(pair, context.Background(),
 		ratelimit.Request{Key: "k2", Limit: &l, Cost: 1},
 		ratelimit.Request{Key: "k2", Limit: &tokens, Cost: 11})
 	require.NoError(t, err)
@@ -542,7 +542,7 @@ func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	assert.False(t, ok, "no SingleTaker wrapped, none forwarded")
 	pair, ok = onlyPair.(ratelimit.PairTaker)
 	require.True(t, ok)
-	_, db, err = pair.TakeTwo(context.Background(),
+	_, db, err = takeTwo(pair, context.Background(),
 		ratelimit.Request{Key: "k3", Limit: &l, Cost: 1},
 		ratelimit.Request{Key: "k3", Limit: &tokens, Cost: 3})
 	require.NoError(t, err)
@@ -557,4 +557,15 @@ func TestInstrumentStoreForwardsOptionalInterfaces(t *testing.T) {
 	assert.False(t, ok, "a store that is no PairTaker gives a wrapper that is none")
 	assert.False(t, slow.(ratelimit.NonBlocking).NonBlocking(), "a store that does not say may block")
 	assert.True(t, m.wraps(slow))
+}
+
+// takeTwo calls p's TakeTwo on the requests a and b and puts their
+// Decisions back together, as the Limiter does (zeros on an error).
+func takeTwo(p ratelimit.PairTaker, ctx context.Context, a, b ratelimit.Request) (da, db ratelimit.Decision, err error) {
+	da.Allowed, da.Remaining, da.Reset, da.RetryAfter, da.Delay, da.At,
+		db.Allowed, db.Remaining, db.Reset, db.RetryAfter, db.Delay, db.At, err = p.TakeTwo(ctx, a.Key, a.Limit, a.Cost, b.Key, b.Limit, b.Cost)
+	if err == nil {
+		da.Limit, db.Limit = a.Limit, b.Limit
+	}
+	return da, db, err
 }

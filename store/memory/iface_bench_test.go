@@ -249,8 +249,8 @@ func BenchmarkStoreTakeTwo(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if da, db, err := st.TakeTwo(ctx, ra, rb); err != nil || !da.Allowed || !db.Allowed {
-			b.Fatal(da.Allowed, db.Allowed, err)
+		if okA, _, _, _, _, _, okB, _, _, _, _, _, err := st.TakeTwo(ctx, ra.Key, ra.Limit, ra.Cost, rb.Key, rb.Limit, rb.Cost); err != nil || !okA || !okB {
+			b.Fatal(okA, okB, err)
 		}
 	}
 }

@@ -117,16 +117,21 @@ func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool,
 	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
 }
 
-// TakeTwo implements ratelimit.PairTaker: it decides the stack of a and b
-// as Take does a call of those two requests, with the same errors, and
-// allocates nothing when the entries exist (the Limiter calls it for a
-// request of two limits).
-func (s *Store) TakeTwo(ctx context.Context, a, b ratelimit.Request) (da, db ratelimit.Decision, err error) {
+// TakeTwo implements ratelimit.PairTaker: it decides the stack of the
+// requests a = {keyA, limitA, costA} and b = {keyB, limitB, costB} as Take
+// does a call of those two requests, with the same errors, and returns
+// the fields of their Decisions (but Limit). It allocates nothing when
+// the entries exist (the Limiter calls it for a request of two limits).
+func (s *Store) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
+	a := ratelimit.Request{Key: keyA, Limit: limitA, Cost: costA}
+	b := ratelimit.Request{Key: keyB, Limit: limitB, Cost: costB}
 	if err := checkTwo(ctx, &a, &b); err != nil {
-		return ratelimit.Decision{}, ratelimit.Decision{}, err
+		return false, 0, 0, 0, 0, 0, false, 0, 0, 0, 0, 0, err
 	}
+	var da, db ratelimit.Decision
 	s.two(&a, &b, &da, &db, true)
-	return da, db, nil
+	return da.Allowed, da.Remaining, da.Reset, da.RetryAfter, da.Delay, da.At,
+		db.Allowed, db.Remaining, db.Reset, db.RetryAfter, db.Delay, db.At, nil
 }
 
 // NonBlocking implements ratelimit.NonBlocking: it returns true, since a

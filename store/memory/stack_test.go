@@ -163,7 +163,7 @@ func TestTakeTwoAgainstModel(t *testing.T) {
 				}
 				c.Set(now)
 				reqs := randomPair(rng, limits, ratelimit.Micros(now), true)
-				da, db, err := s.TakeTwo(context.Background(), reqs[0], reqs[1])
+				da, db, err := takeTwo(s, context.Background(), reqs[0], reqs[1])
 				require.NoError(t, err)
 				want := m.do(reqs, ratelimit.Micros(now), true)
 				require.Equal(t, want, []ratelimit.Decision{da, db}, "shards %d seed %d step %d", shards, seed, step)
@@ -194,7 +194,7 @@ func TestTakeTwoErrorsAsTake(t *testing.T) {
 	} {
 		want := s.Take(tc.ctx, []ratelimit.Request{tc.a, tc.b}, make([]ratelimit.Decision, 2))
 		require.Error(t, want, tc.name)
-		da, db, err := s.TakeTwo(tc.ctx, tc.a, tc.b)
+		da, db, err := takeTwo(s, tc.ctx, tc.a, tc.b)
 		require.Equal(t, want, err, tc.name)
 		require.Equal(t, ratelimit.Decision{}, da, tc.name)
 		require.Equal(t, ratelimit.Decision{}, db, tc.name)
@@ -260,3 +260,17 @@ func TestValidAgreesWithCheckRequests(t *testing.T) {
 	require.NoError(t, ratelimit.CheckRequests([]ratelimit.Request{refund}, make([]ratelimit.Decision, 1), false))
 	require.NoError(t, ratelimit.CheckRequests([]ratelimit.Request{ok}, make([]ratelimit.Decision, 1), true))
 }
+
+// takeTwo calls p's TakeTwo on the requests a and b and puts their
+// Decisions back together, as the Limiter does (zeros on an error).
+func takeTwo(p ratelimit.PairTaker, ctx context.Context, a, b ratelimit.Request) (da, db ratelimit.Decision, err error) {
+	da.Allowed, da.Remaining, da.Reset, da.RetryAfter, da.Delay, da.At,
+		db.Allowed, db.Remaining, db.Reset, db.RetryAfter, db.Delay, db.At, err = p.TakeTwo(ctx, a.Key, a.Limit, a.Cost, b.Key, b.Limit, b.Cost)
+	if err == nil {
+		da.Limit, db.Limit = a.Limit, b.Limit
+	}
+	return da, db, err
+}
+
+// TakeTwoDecisions is takeTwo, for the external tests.
+var TakeTwoDecisions = takeTwo

@@ -78,7 +78,7 @@ func TestReviewTakeTwoAgreesWithStack(t *testing.T) {
 					require.NoError(t, gen.Adjust(ctx, []ratelimit.Request{ra, rb, {Key: "peek-only", Limit: &peekL, Cost: 0}}, o3))
 					require.Equal(t, o3[:2], o2, "step %d: adjust of two", step)
 				}
-				da, db, err := two.TakeTwo(ctx, a, b)
+				da, db, err := memory.TakeTwoDecisions(two, ctx, a, b)
 				require.NoError(t, err)
 				out := make([]ratelimit.Decision, 3)
 				require.NoError(t, gen.Take(ctx, []ratelimit.Request{a, b, {Key: "peek-only", Limit: &peekL, Cost: 0}}, out))
@@ -120,14 +120,14 @@ func TestReviewTakeTwoKeepsItsEntries(t *testing.T) {
 				if rng.IntN(8) == 0 {
 					b.Limit = a.Limit
 				}
-				da, db, err := s.TakeTwo(ctx, a, b)
+				da, db, err := memory.TakeTwoDecisions(s, ctx, a, b)
 				require.NoError(t, err)
 				if !da.Allowed || !db.Allowed {
 					continue
 				}
 				pa, pb := a, b
 				pa.Cost, pb.Cost = 0, 0
-				ea, eb, err := s.TakeTwo(ctx, pa, pb)
+				ea, eb, err := memory.TakeTwoDecisions(s, ctx, pa, pb)
 				require.NoError(t, err)
 				if a.Key == b.Key && a.Limit == b.Limit {
 					da = db // one entry: the state after both
@@ -169,7 +169,7 @@ func TestReviewTakeTwoConcurrentExact(t *testing.T) {
 						mu.Unlock()
 					}
 				default:
-					da, db, err := s.TakeTwo(ctx, ratelimit.Request{Key: "k", Limit: &a, Cost: 1}, ratelimit.Request{Key: "k", Limit: &b, Cost: 1})
+					da, db, err := memory.TakeTwoDecisions(s, ctx, ratelimit.Request{Key: "k", Limit: &a, Cost: 1}, ratelimit.Request{Key: "k", Limit: &b, Cost: 1})
 					require.NoError(t, err)
 					if da.Allowed && db.Allowed { // all or nothing
 						mu.Lock()
@@ -181,7 +181,7 @@ func TestReviewTakeTwoConcurrentExact(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	da, db, err := s.TakeTwo(ctx, ratelimit.Request{Key: "k", Limit: &a}, ratelimit.Request{Key: "k", Limit: &b})
+	da, db, err := memory.TakeTwoDecisions(s, ctx, ratelimit.Request{Key: "k", Limit: &a}, ratelimit.Request{Key: "k", Limit: &b})
 	require.NoError(t, err)
 	require.Equal(t, 500-two, da.Remaining)
 	require.Equal(t, 700-two-one, db.Remaining)
