@@ -16,10 +16,9 @@
 // go backwards even when callers race (which would let GCRA, whose state
 // has no time of its own, decide differently from the token bucket): a
 // call decides at the later of its reading and the latest time already
-// decided in its shards. The default clock is read with the locks held
-// when they are free, and while waiting for a busy one otherwise, so that
-// a hot key's lock is not held across the clock's ~25 ns; WithClock's
-// clock is always read with the locks held. Stacks of one and two
+// decided in its shards. The default clock is read before the locks are
+// taken, so that a hot key's lock is never held across the clock's
+// ~25 ns; WithClock's clock is always read with the locks held. Stacks of one and two
 // requests, the common ones, take paths of their own; longer stacks share
 // one general path.
 //
