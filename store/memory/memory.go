@@ -110,8 +110,12 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 // (the Limiter calls it for a request of one limit).
 func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
 	var d ratelimit.Decision
-	if err := check(ctx, unsafe.Slice(&r, 1), unsafe.Slice(&d, 1), true); err != nil {
-		return false, 0, 0, 0, 0, 0, err
+	// check's answer for a valid request in a live context, without its
+	// call and its loop; check gives the error otherwise.
+	if ctx == nil || !valid(&r, true) || ctx.Err() != nil {
+		if err := check(ctx, unsafe.Slice(&r, 1), unsafe.Slice(&d, 1), true); err != nil {
+			return false, 0, 0, 0, 0, 0, err
+		}
 	}
 	s.one(&r, &d, true)
 	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
