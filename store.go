@@ -174,8 +174,10 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 // SingleTaker is an optional interface of a Store: TakeOne decides one
 // request exactly as Take(ctx, []Request{r}, out) would (the same checks,
 // the same errors, the same Decision), but takes and returns values: the
-// fields of the Decision one by one, all but Limit, which is r.Limit (on
-// an error, zeros). The Limiter calls it for a request of one limit
+// fields of the Decision one by one, in Decision's order and units
+// (remaining in the limit's units, reset, retryAfter and delay as
+// durations, at in µs since the Unix epoch), all but Limit, which is
+// r.Limit (on an error, zeros). The Limiter calls it for a request of one limit
 // (Limiter.Take and the middleware), so that no slice crosses the
 // interface: a slice passed through an interface method escapes, which
 // costs an allocation per call unless the caller keeps scratch. The
@@ -194,8 +196,9 @@ type SingleTaker interface {
 // limitB, costB} exactly as Take(ctx, []Request{a, b}, out) would (the
 // same checks, the same errors, the same Decisions, all or nothing), but
 // takes and returns values: the requests' fields, and the fields of a's
-// Decision and then b's one by one, all but Limit, which is the request's
-// (on an error, zeros). The Limiter calls it for a request of two limits
+// Decision and then b's one by one, in Decision's order and units (see
+// SingleTaker), all but Limit, which is the request's (on an error,
+// zeros). The Limiter calls it for a request of two limits
 // (Limiter.Take and the middleware), so that no slice crosses the
 // interface (see SingleTaker), and so that no Request or Decision is
 // copied through memory on the way: the values travel in registers or
