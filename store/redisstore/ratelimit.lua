@@ -987,7 +987,9 @@ end
 -- the earlier one stored, exactly as it would have read it back from
 -- Redis, and only the last value of each key is written, at the end
 -- (view_flush). view.val[key]: the key's value for the requests to come
--- (a string, or false: no key); view.had[key]: whether Redis held it;
+-- (a string, false: no key, or true: a bucket state bucket_one keeps
+-- decoded, level view.lv[key] and updated view.up[key], formatted as
+-- encode would when read by get or written); view.had[key]: whether Redis held it;
 -- view.px[key]: the expiry (ms) of the value stored last; view.order: the
 -- keys stored, in the order of their first store.
 local view
@@ -1045,6 +1047,9 @@ local function view_flush(w)
   local wrote = false
   for i, key in ipairs(w.order) do
     local v, r = w.val[key], nil
+    if v == true then
+      v = format('%d:%d', w.lv[key], w.up[key])
+    end
     if v then
       r = redis.pcall('SET', key, v, 'PX', w.px[key])
     elseif w.had[key] then
@@ -1091,7 +1096,9 @@ local function get(key)
   local w = view
   if w then
     local v = w.val[key]
-    if v ~= nil then
+    if v == true then -- kept decoded by bucket_one
+      return format('%d:%d', w.lv[key], w.up[key])
+    elseif v ~= nil then
       return v
     end
   end
@@ -1123,6 +1130,122 @@ local function malformed_state(key)
   return 'ERR rampmeter: malformed rate-limit state at key ' .. key
 end
 
+-- bucket_one decides a Take of one token- or leaky-bucket request (the
+-- common call) on key under p: take, decode and encode of a bucket
+-- written out on plain numbers, without the generic dispatch and its
+-- tables. It computes exactly what decide's one-request path computes
+-- with decode, take ('t', 'l') and store: the same steps, the same
+-- integers. In a batch the view keeps the key's state decoded (w.lv and
+-- w.up: level and updated), so a key's later calls in the batch neither
+-- parse nor format it (see view). Returns the reply, or nil and an error.
+local function bucket_one(key, p, cost)
+  local w = view
+  local v
+  if w then
+    v = w.val[key]
+  end
+  local level, upd = 0, 0
+  if v == true then
+    level, upd = w.lv[key], w.up[key]
+  else
+    if v == nil then
+      v = redis.pcall('GET', key)
+      if type(v) == 'table' and v.err then
+        return nil, v.err
+      end
+      if w then
+        w.val[key], w.had[key] = v, v and true
+      end
+    end
+    if v then
+      local l, u = match(v, '^(%d+):(%-?%d+)$')
+      if not l then
+        return nil, malformed_state(key)
+      end
+      level, upd = tonumber(l), tonumber(u)
+    end
+  end
+  -- bucketStep: within STEP_TOL of a later updated, decide at it (lag);
+  -- beyond, rebase to now (stepped).
+  local t, lag, stepped = now, 0, false
+  if now < upd then
+    if upd - now <= STEP_TOL then
+      t, lag = upd, upd - now
+    else
+      upd, stepped = now, true
+    end
+  end
+  local drain, scale = p.drain, p.scale
+  -- drainTo(t)
+  if t > upd then
+    local elapsed = t - upd
+    if elapsed >= ceildiv(level, drain) then
+      level = 0
+    else
+      level = level - elapsed * drain
+    end
+    upd = t
+  end
+  -- bucketTake
+  local capacity = p.burst * scale
+  local allowed, retry, delay = 1, 0, 0
+  if cost > p.burst then
+    allowed, retry = 0, -1
+  else
+    local need = level + cost * scale
+    if need > capacity then
+      allowed, retry = 0, ceildiv(need - capacity, drain)
+    else
+      if p.algo == 'l' then
+        delay = ceildiv(level, drain)
+      end
+      level = need
+    end
+  end
+  -- describeBucket
+  local remaining = 0
+  if level < capacity then
+    remaining = floordiv(capacity - level, scale)
+  end
+  local reset = ceildiv(level, drain)
+  if (allowed == 1 and cost ~= 0) or stepped then
+    -- store: the expiry is updated + reset (ExpiresAt).
+    local ttl = upd + reset - now
+    if w then
+      if ttl > 0 then
+        if w.px[key] == nil then
+          w.order[#w.order + 1] = key
+        end
+        w.val[key], w.lv[key], w.up[key], w.px[key] = true, level, upd, ceildiv(ttl, 1000) + margin
+      elseif v then
+        view_put(key, false, 0)
+      end
+    else
+      local r
+      if ttl > 0 then
+        r = redis.pcall('SET', key, format('%d:%d', level, upd), 'PX', ceildiv(ttl, 1000) + margin)
+      elseif v then
+        r = redis.pcall('DEL', key)
+      end
+      if type(r) == 'table' and r.err then
+        return nil, r.err
+      end
+    end
+  end
+  if lag > 0 then -- addLag
+    if retry > 0 then
+      retry = retry + lag
+    end
+    if reset > 0 then
+      reset = reset + lag
+    end
+    if delay > 0 then
+      delay = delay + lag
+    end
+  end
+  return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+end
+
 -- decide decides one Store call of n requests, a Take (all or nothing)
 -- when is_take, else an Adjust: request i has the key KEYS_[kb + i] and its
 -- arguments from ARGV_[ab + 1 + stride (i - 1)]. It returns the call's reply
@@ -1142,6 +1265,9 @@ local function decide(kb, ab, n, is_take)
       return nil, malformed_params(1)
     end
     local cost = tonumber(ARGV_[ab + 2])
+    if is_take and (p.algo == 't' or p.algo == 'l') then
+      return bucket_one(key, p, cost)
+    end
     local v, err = get(key)
     if err then
       return nil, err
@@ -1343,7 +1469,7 @@ local function run(keys, argv)
   -- first write), nothing has been written, and the batch is decided again
   -- without the view, each call writing as it goes, as one by one: each
   -- call that writes then fails alone, as it would alone.
-  view = {val = {}, had = {}, px = {}, order = {}}
+  view = {val = {}, had = {}, px = {}, order = {}, lv = {}, up = {}}
   local replies, kbs, ns = decide_batch(argv, mode == 'B')
   local w = view
   view = nil
