@@ -41,6 +41,7 @@ type batchCall struct {
 	args  []any // the call's own FCALL (or EVALSHA) command, as run built it
 	n     int   // its requests
 	reply string
+	at    int64 // the batch's now (µs), which reply leaves out; -1: reply starts with it (a lone call)
 	err   error
 	done  chan struct{} // buffered: receives one value once reply and err are set
 }
@@ -48,13 +49,14 @@ type batchCall struct {
 var callPool = sync.Pool{New: func() any { return &batchCall{done: make(chan struct{}, 1)} }}
 
 // do sends the call whose command is args (n requests) and returns its
-// reply, or its context's error once it ends. A call that finds nothing on
+// reply and the time it was decided at (-1 when the reply starts with it,
+// see parseReply), or its context's error once it ends. A call that finds nothing on
 // its way is sent at once, as an ordinary script call, by its own
 // goroutine; otherwise it queues for the next batch. A call whose context
 // has ended when its batch is formed is never sent; one that ends later
 // may still be decided by Redis, as after a timeout without pipelining.
 // Nothing is ever re-sent.
-func (b *batcher) do(ctx context.Context, args []any, n int) (string, error) {
+func (b *batcher) do(ctx context.Context, args []any, n int) (string, int64, error) {
 	b.mu.Lock()
 	if !b.running {
 		// Alone: the calls that arrive meanwhile queue, and loop sends
@@ -66,7 +68,8 @@ func (b *batcher) do(ctx context.Context, args []any, n int) (string, error) {
 		b.running = true
 		b.mu.Unlock()
 		defer b.handOver()
-		return b.s.evalOne(ctx, args)
+		reply, err := b.s.evalOne(ctx, args)
+		return reply, -1, err
 	}
 	c := callPool.Get().(*batchCall)
 	c.ctx, c.args, c.n = ctx, args, n
@@ -74,13 +77,13 @@ func (b *batcher) do(ctx context.Context, args []any, n int) (string, error) {
 	b.mu.Unlock()
 	select {
 	case <-c.done:
-		reply, err := c.reply, c.err
+		reply, at, err := c.reply, c.at, c.err
 		*c = batchCall{done: c.done}
 		callPool.Put(c)
-		return reply, err
+		return reply, at, err
 	case <-ctx.Done():
 		// c belongs to the batch from here on; it is never read again.
-		return "", ctx.Err()
+		return "", -1, ctx.Err()
 	}
 }
 
@@ -124,7 +127,7 @@ func (b *batcher) flush(batch []*batchCall) {
 	defer func() { clear(live); b.live = live[:0] }()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.finish("", err) // never sent
+			c.finish("", -1, err) // never sent
 			continue
 		}
 		live = append(live, c)
@@ -134,7 +137,8 @@ func (b *batcher) flush(batch []*batchCall) {
 		return
 	case 1:
 		c := live[0]
-		c.finish(b.s.evalOne(c.ctx, c.args))
+		reply, err := b.s.evalOne(c.ctx, c.args)
+		c.finish(reply, -1, err)
 		return
 	}
 
@@ -205,9 +209,19 @@ func (b *batcher) flush(batch []*batchCall) {
 	}
 
 	reply, err := b.s.evalOne(ctx, args)
+	// The reply's first line is the time every call was decided at.
+	var at int64
+	if err == nil {
+		var first string
+		first, reply, _ = strings.Cut(reply, "\n")
+		var ok bool
+		if at, _, ok = nextInt(first); !ok || at < 0 {
+			err = fmt.Errorf("batch reply starts with %q, not the time", first)
+		}
+	}
 	if err != nil {
 		for _, c := range live {
-			c.finish("", err)
+			c.finish("", -1, err)
 		}
 		return
 	}
@@ -216,16 +230,16 @@ func (b *batcher) flush(batch []*batchCall) {
 		reply = rest
 		switch {
 		case line == "":
-			c.finish("", fmt.Errorf("batch reply has no line for call %d of %d", i+1, len(live)))
+			c.finish("", -1, fmt.Errorf("batch reply has no line for call %d of %d", i+1, len(live)))
 		case line[0] == '!':
-			c.finish("", errors.New(line[1:]))
+			c.finish("", -1, errors.New(line[1:]))
 		default:
-			c.finish(line, nil)
+			c.finish(line, at, nil)
 		}
 	}
 }
 
-func (c *batchCall) finish(reply string, err error) {
-	c.reply, c.err = reply, err
+func (c *batchCall) finish(reply string, at int64, err error) {
+	c.reply, c.at, c.err = reply, at, err
 	c.done <- struct{}{}
 }

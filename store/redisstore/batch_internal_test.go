@@ -94,7 +94,7 @@ func TestBatchDecidesLikeSequentialCalls(t *testing.T) {
 			if c.err != nil {
 				got = append(got, strings.Replace("error: "+c.err.Error(), ":batch:", ":", 1))
 			} else {
-				got = append(got, c.reply)
+				got = append(got, c.line())
 			}
 		}
 		require.Equal(t, want, got)
@@ -213,7 +213,7 @@ func TestBatchRepeatedKeys(t *testing.T) {
 		for _, c := range batch {
 			<-c.done
 			require.NoError(t, c.err)
-			got = append(got, c.reply)
+			got = append(got, c.line())
 		}
 		require.Equal(t, want, got)
 		require.Contains(t, got[len(got)-1], " 0 ", "the last Take is refused")
@@ -269,4 +269,14 @@ func TestBatchScriptErrorWritesNothing(t *testing.T) {
 		run(t, c)
 	})
 	t.Run("redis", func(t *testing.T) { run(t, redistest.Client(t)) })
+}
+
+// line returns the reply of a call decided in a batch as a lone call's
+// reply would read: with the decision time in front, which the batch's
+// reply gives once for all its calls.
+func (c *batchCall) line() string {
+	if c.at < 0 {
+		return c.reply
+	}
+	return fmt.Sprintf("%d %s", c.at, c.reply)
 }

@@ -151,7 +151,7 @@ func TestReviewBatchViewRandom(t *testing.T) {
 			(&batcher{s: bat}).flush(batch)
 			for i, bc := range batch {
 				<-bc.done
-				got := bc.reply
+				got := bc.line()
 				switch {
 				case bc.err != nil:
 					nerr++
@@ -272,7 +272,7 @@ func TestReviewBatchOOM(t *testing.T) {
 		if bc.err != nil {
 			got = append(got, "error: "+strings.SplitN(bc.err.Error(), " ", 2)[0])
 		} else {
-			got = append(got, bc.reply)
+			got = append(got, bc.line())
 		}
 	}
 	us := ratelimit.Micros(now)
@@ -318,7 +318,7 @@ func TestReviewCompactBatchCallFailsAlone(t *testing.T) {
 			if bc.err != nil {
 				got = append(got, "error: "+bc.err.Error())
 			} else {
-				got = append(got, bc.reply)
+				got = append(got, bc.line())
 			}
 		}
 		require.Equal(t, []string{

@@ -124,7 +124,7 @@ func TestBucketOneMatchesGeneric(t *testing.T) {
 			for j, bc := range calls {
 				require.NoError(t, bc.err, msg)
 				got := make([]ratelimit.Decision, 1)
-				require.NoError(t, parseReply(bc.reply, []ratelimit.Request{r}, got), msg)
+				require.NoError(t, parseReply(bc.reply, bc.at, []ratelimit.Request{r}, got), msg)
 				want := genD[0]
 				if j == 1 {
 					require.NoError(t, secondErr, msg)

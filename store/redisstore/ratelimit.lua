@@ -51,8 +51,8 @@
 -- "a"), its number of requests, and its requests' arguments as above; the
 -- calls' keys follow each other in KEYS. ARGV[1] "B" is the compact form
 -- of a batch whose every call is a Take of one request: per call only the
--- request's params and cost. The reply is one line per call (see the end
--- of the script).
+-- request's params and cost. The reply is now, then one line per call (see
+-- the end of the script): the call's reply without its leading now.
 --
 -- Stored state (ratelimit.State), one Redis string per key:
 --   token/leaky bucket   "<level>:<updated>"
@@ -1069,6 +1069,11 @@ end
 -- KEYS and ARGV. run sets them first; Redis runs one call at a time.
 local now, margin, KEYS_, ARGV_
 
+-- line_now: a call's reply starts with now (a lone call); in a batch the
+-- reply's first line gives now once for all its calls, and each call's
+-- line holds only its requests' results.
+local line_now = true
+
 -- Parsed params by params string: the algorithm functions only read p
 -- (cal_bounds adds p.bounds, a function of the string). As a Redis Function
 -- the table outlives the call, so a limit's params are parsed once per
@@ -1243,7 +1248,10 @@ local function bucket_one(key, p, cost)
       delay = delay + lag
     end
   end
-  return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+  if line_now then
+    return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+  end
+  return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
 end
 
 -- decide decides one Store call of n requests, a Take (all or nothing)
@@ -1293,7 +1301,10 @@ local function decide(kb, ab, n, is_take)
         return nil, err
       end
     end
-    return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+    if line_now then
+      return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+    end
+    return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
   end
 
   -- Per request: its params; per distinct key (by the first request on it):
@@ -1389,10 +1400,13 @@ local function decide(kb, ab, n, is_take)
     end
   end
 
-  local out = {format('%d', now)}
+  local out, o = {}, 0
+  if line_now then
+    out[1], o = format('%d', now), 1
+  end
   for i = 1, n do
     local r = results[i]
-    out[i + 1] = reply_of(r[1], r[2], r[3], r[4], r[5])
+    out[i + o] = reply_of(r[1], r[2], r[3], r[4], r[5])
   end
   return table.concat(out, ' ')
 end
@@ -1442,7 +1456,8 @@ local function run(keys, argv)
   margin = tonumber(argv[3])
 
   local mode = argv[1]
-  if mode ~= 'b' and mode ~= 'B' then
+  line_now = mode ~= 'b' and mode ~= 'B'
+  if line_now then
     local r, err = decide(0, 3, #keys, mode == 't')
     if not r then
       return redis.error_reply(err)
@@ -1456,8 +1471,9 @@ local function run(keys, argv)
   -- every call is a Take of one request, given by its two arguments alone.
   -- The calls are decided in order, each as if alone, at one now: a call
   -- that fails (a malformed state, a key of another type) fails alone, as
-  -- a lone call would. The reply is one line per call: the call's reply,
-  -- or "!" and the error message.
+  -- a lone call would. The reply is a line with now (µs), then one line per
+  -- call: the call's reply without now (line_now), or "!" and the error
+  -- message.
   --
   -- The calls read and write through the view (see view): each key is read
   -- once and written once, after the last call, with the value and expiry
@@ -1493,7 +1509,7 @@ local function run(keys, argv)
       end
     end
   end
-  return table.concat(replies, '\n')
+  return format('%d\n', now) .. table.concat(replies, '\n')
 end
 
 -- ---- Entry ----

@@ -425,25 +425,26 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 	if mode != "t" {
 		stride = 3
 	}
-	eval := func() (string, error) {
+	eval := func() (string, int64, error) {
 		if s.batch != nil {
 			return s.batch.do(ctx, args, n)
 		}
-		return s.evalOne(ctx, args)
+		reply, err := s.evalOne(ctx, args)
+		return reply, -1, err
 	}
 	cal := s.calendarArgs(reqs, args, stride, 0)
-	reply, err := eval()
-	if at, ok := calendarOutside(err); ok && cal {
+	reply, at, err := eval()
+	if rat, ok := calendarOutside(err); ok && cal {
 		// The Redis clock is outside the calendar periods sent; the
 		// script wrote nothing, so sending it again is no replay.
-		s.calSkew.Store(at - time.Now().UnixMicro())
-		s.calendarArgs(reqs, args, stride, at)
-		reply, err = eval()
+		s.calSkew.Store(rat - time.Now().UnixMicro())
+		s.calendarArgs(reqs, args, stride, rat)
+		reply, at, err = eval()
 	}
 	if err != nil {
 		return withContextErr(ctx, err)
 	}
-	return parseReply(reply, reqs, out)
+	return parseReply(reply, at, reqs, out)
 }
 
 // keyEntry is what a call needs of one (caller key, limit) pair: the Redis
@@ -549,10 +550,14 @@ func (s *Store) command(reqs []ratelimit.Request, mode string) ([]any, error) {
 }
 
 // parseReply fills out from the script's reply: space-separated integers,
-// now and then five per request (see ratelimit.lua).
-func parseReply(reply string, reqs []ratelimit.Request, out []ratelimit.Decision) error {
+// now and then five per request (see ratelimit.lua); at >= 0 is now, given
+// once by a batch's reply, whose call lines leave it out.
+func parseReply(reply string, at int64, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	var v [5]int64
-	now, rest, ok := nextInt(reply)
+	now, rest, ok := at, reply, true
+	if at < 0 {
+		now, rest, ok = nextInt(reply)
+	}
 	for i := 0; ok && i < len(reqs); i++ {
 		for k := range v {
 			if v[k], rest, ok = nextInt(rest); !ok {
@@ -578,6 +583,9 @@ func parseReply(reply string, reqs []ratelimit.Request, out []ratelimit.Decision
 		out[i] = d
 	}
 	if !ok || rest != "" {
+		if at >= 0 {
+			return fmt.Errorf("batch reply line %q is not %d integers for %d requests", reply, 5*len(reqs), len(reqs))
+		}
 		return fmt.Errorf("script reply %q is not %d integers for %d requests", reply, 1+5*len(reqs), len(reqs))
 	}
 	return nil
