@@ -105,9 +105,10 @@ const DefaultKeyCache = 8192
 // names the store keeps, so that a caller seen recently costs no HMAC and
 // no allocation for its key names (default DefaultKeyCache, 8192; 0 turns
 // the cache off). n is rounded up to a power of two; it must be between 0
-// and 2^20. The cache is direct-mapped (a pair evicts the one whose slot it
-// hashes to) and holds at most one entry of about 200 bytes plus the caller
-// key per slot, so about 2 MB when 8192 slots are full; caller keys longer
+// and 2^20. The cache is two-way set-associative: a pair hashes to a set
+// of two slots, and a new pair takes the set's first slot, moving the entry
+// there to the second and evicting the second's (with n = 1, the one slot's).
+// It holds at most one entry of about 200 bytes plus the caller key per slot, so about 2 MB when 8192 slots are full; caller keys longer
 // than 256 bytes are never kept. Keys are kept in process memory only,
 // never in Redis.
 func WithKeyCache(n int) Option {
@@ -460,19 +461,25 @@ type keyEntry struct {
 
 // entry returns the keyEntry of (key, l), from the cache when it holds it,
 // or nil if the script does not implement l's algorithm. The cache is a
-// direct-mapped table of atomic pointers: lock-free, a hit costs two string
-// hashes and compares, and a miss (an HMAC and two allocations) replaces
-// the slot's entry.
+// two-way set-associative table of atomic pointers (see WithKeyCache):
+// lock-free, a hit costs two string hashes and up to two compares, and a
+// miss (an HMAC and two allocations) puts its entry in the set's first
+// slot and the one it held in the second. Racing misses on one set may
+// lose or duplicate an entry, which costs only a later miss: entries are
+// immutable and every hit checks its key and ID.
 func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	id := l.ID()
-	var slot *atomic.Pointer[keyEntry]
+	var set []atomic.Pointer[keyEntry] // the pair's set: one slot, or two
 	var params any
 	if s.cache != nil {
 		hid := maphash.String(s.seed, id)
 		h := maphash.String(s.seed, key) ^ hid*0x9E3779B97F4A7C15
-		slot = &s.cache[h&uint64(len(s.cache)-1)]
-		if e := slot.Load(); e != nil && e.key == key && e.id == id {
-			return e
+		i := h & uint64(len(s.cache)-1) &^ 1
+		set = s.cache[i:min(i+2, uint64(len(s.cache)))]
+		for j := range set {
+			if e := set[j].Load(); e != nil && e.key == key && e.id == id {
+				return e
+			}
 		}
 		// A miss: the limit's params are most likely known already.
 		pslot := &s.params[hid%uint64(len(s.params))]
@@ -491,8 +498,11 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	var tag [tagLen]byte
 	s.hashTag(key, &tag)
 	e := &keyEntry{key: strings.Clone(key), id: id, rkey: s.redisKey(&tag, l), params: params}
-	if slot != nil && len(key) <= maxCachedKey {
-		slot.Store(e)
+	if set != nil && len(key) <= maxCachedKey {
+		if len(set) == 2 {
+			set[1].Store(set[0].Load())
+		}
+		set[0].Store(e)
 	}
 	return e
 }
