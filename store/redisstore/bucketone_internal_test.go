@@ -15,14 +15,16 @@ import (
 	"github.com/rampmeter/ratelimit/internal/redistest"
 )
 
-// TestBucketOneMatchesGeneric holds the script's inlined Take of one
-// token- or leaky-bucket request (bucket_one) to its generic path (decode,
-// take, store), which a stacked Take still takes: from random stored
+// TestBucketOneMatchesGeneric holds the script's inlined Takes of token-
+// or leaky-bucket requests (bucket_one, and bucket_stack for stacks of
+// buckets) to its generic path (decode, take, store), which a stack with a
+// window takes: from random stored
 // states (none, empty, partly and over full, updated in the past, within
 // ClockStepTolerance ahead of the clock and beyond it, an empty state
 // ahead of the clock, which the rebase deletes, and a malformed one), a
-// Take of one request on the key and a Take of the same request stacked
-// with a roomy limit on another key must report the same decision and
+// Take of one request on the key, the same request stacked first or second
+// with a roomy bucket on another key, and stacked with a roomy window
+// (generic) must report the same decision and
 // leave the same value and the same expiry (PTTL, rounded up to the
 // millisecond, on miniredis; on a real server both an expiry or neither),
 // alone and in a batch (whose view keeps the state decoded).
@@ -30,7 +32,9 @@ func TestBucketOneMatchesGeneric(t *testing.T) {
 	tb := ratelimit.PerMinute(5).Named("tb")
 	lb := ratelimit.PerMinute(6).Named("lb").WithAlgorithm(ratelimit.LeakyBucket)
 	roomy := ratelimit.PerSecond(1_000_000).Named("roomy")
-	for _, l := range []*ratelimit.Limit{&tb, &lb, &roomy} {
+	// A fixed window keeps a stack on the generic path.
+	roomyWin := ratelimit.PerSecond(1_000_000).Named("roomy-win").WithAlgorithm(ratelimit.FixedWindow)
+	for _, l := range []*ratelimit.Limit{&tb, &lb, &roomy, &roomyWin} {
 		require.NoError(t, l.Err())
 	}
 	now := time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.UTC)
@@ -40,13 +44,13 @@ func TestBucketOneMatchesGeneric(t *testing.T) {
 			s, err := New(c, WithClock(func() time.Time { return now }), WithPrefix(base+name+":"))
 			require.NoError(t, err)
 			t.Cleanup(func() {
-				for _, l := range []*ratelimit.Limit{&tb, &lb, &roomy} {
+				for _, l := range []*ratelimit.Limit{&tb, &lb, &roomy, &roomyWin} {
 					c.Del(context.Background(), s.Key("k", l), s.Key("other", l))
 				}
 			})
 			return s
 		}
-		one, gen, bat := newStore("one"), newStore("gen"), newStore("bat")
+		one, gen, bat, stk := newStore("one"), newStore("gen"), newStore("bat"), newStore("stk")
 		rng := rand.New(rand.NewPCG(1, 2))
 		us := ratelimit.Micros(now)
 		for i := range 300 {
@@ -78,7 +82,7 @@ func TestBucketOneMatchesGeneric(t *testing.T) {
 			if rng.IntN(4) == 0 {
 				cost = 0
 			}
-			for _, s := range []*Store{one, gen, bat} {
+			for _, s := range []*Store{one, gen, bat, stk} {
 				k := s.Key("k", l)
 				if state == "" {
 					require.NoError(t, c.Del(t.Context(), k).Err())
@@ -87,15 +91,22 @@ func TestBucketOneMatchesGeneric(t *testing.T) {
 				}
 			}
 			r := ratelimit.Request{Key: "k", Limit: l, Cost: cost}
-			stack := []ratelimit.Request{r, {Key: "other", Limit: &roomy, Cost: 1}}
+			stack := []ratelimit.Request{r, {Key: "other", Limit: &roomyWin, Cost: 1}}
+			// Two buckets: the inlined stack (bucket_stack), the request
+			// first or second.
+			stacks := [][]ratelimit.Request{{r, {Key: "other", Limit: &roomy, Cost: 1}}, {{Key: "other", Limit: &roomy, Cost: 1}, r}}
+			pos := rng.IntN(2)
 
 			oneD := make([]ratelimit.Decision, 1)
 			oneErr := one.Take(t.Context(), []ratelimit.Request{r}, oneD)
 			genD := make([]ratelimit.Decision, 2)
 			genErr := gen.Take(t.Context(), stack, genD)
+			stkD := make([]ratelimit.Decision, 2)
+			stkErr := stk.Take(t.Context(), stacks[pos], stkD)
 			msg := fmt.Sprintf("case %d: %s state %q cost %d", i, l.Name(), state, cost)
 			if state != "garbage" {
 				requireSameKeyState(t, c, one.Key("k", l), gen.Key("k", l), tol, msg)
+				requireSameKeyState(t, c, stk.Key("k", l), gen.Key("k", l), tol, msg)
 			}
 			// In a batch: the request twice (the second call reads the
 			// first one's state from the view), then once more alone.
@@ -115,12 +126,16 @@ func TestBucketOneMatchesGeneric(t *testing.T) {
 			if state == "garbage" {
 				require.ErrorContains(t, oneErr, "malformed rate-limit state", msg)
 				require.ErrorContains(t, genErr, "malformed rate-limit state", msg)
+				require.ErrorContains(t, stkErr, "malformed rate-limit state", msg)
 				require.ErrorContains(t, calls[0].err, "malformed rate-limit state", msg)
 				continue
 			}
 			require.NoError(t, oneErr, msg)
 			require.NoError(t, genErr, msg)
+			require.NoError(t, stkErr, msg)
 			require.Equal(t, genD[0], oneD[0], msg)
+			require.Equal(t, genD[0], stkD[pos], msg)
+			require.Equal(t, genD[1].Allowed, stkD[1-pos].Allowed, msg)
 			for j, bc := range calls {
 				require.NoError(t, bc.err, msg)
 				got := make([]ratelimit.Decision, 1)

@@ -1136,41 +1136,52 @@ local function malformed_state(key)
   return 'ERR rampmeter: malformed rate-limit state at key ' .. key
 end
 
--- bucket_one decides a Take of one token- or leaky-bucket request (the
--- common call) on key under p: take, decode and encode of a bucket
--- written out on plain numbers, without the generic dispatch and its
--- tables. It computes exactly what decide's one-request path computes
--- with decode, take ('t', 'l') and store: the same steps, the same
--- integers. In a batch the view keeps the key's state decoded (w.lv and
--- w.up: level and updated), so a key's later calls in the batch neither
--- parse nor format it (see view). Returns the reply, or nil and an error.
-local function bucket_one(key, p, cost)
+-- The inlined bucket Takes (bucket_one, bucket_stack): a Take of token-
+-- or leaky-bucket requests on distinct keys, the common call, decided on
+-- plain numbers, without the generic dispatch and its tables. They compute
+-- exactly what decide's generic path computes with decode, take ('t',
+-- 'l') and store: the same steps, the same integers (a test holds them to
+-- it). In a batch the view keeps such a key's state decoded (w.lv and w.up:
+-- level and updated), so a key's later calls in the batch neither parse
+-- nor format it (see view).
+
+-- bucket_read returns key's bucket state (level, updated; 0, 0 when
+-- absent) and its stored value (v: the existed of store), or nil and an
+-- error.
+local function bucket_read(key)
   local w = view
   local v
   if w then
     v = w.val[key]
-  end
-  local level, upd = 0, 0
-  if v == true then
-    level, upd = w.lv[key], w.up[key]
-  else
-    if v == nil then
-      v = redis.pcall('GET', key)
-      if type(v) == 'table' and v.err then
-        return nil, v.err
-      end
-      if w then
-        w.val[key], w.had[key] = v, v and true
-      end
-    end
-    if v then
-      local l, u = match(v, '^(%d+):(%-?%d+)$')
-      if not l then
-        return nil, malformed_state(key)
-      end
-      level, upd = tonumber(l), tonumber(u)
+    if v == true then
+      return w.lv[key], w.up[key], true
     end
   end
+  if v == nil then
+    v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then
+      return nil, v.err
+    end
+    if w then
+      w.val[key], w.had[key] = v, v and true
+    end
+  end
+  if not v then
+    return 0, 0, v
+  end
+  local l, u = match(v, '^(%d+):(%-?%d+)$')
+  if not l then
+    return nil, malformed_state(key)
+  end
+  return tonumber(l), tonumber(u), v
+end
+
+-- bucket_eval is take() of a bucket on the state (level, upd) at now:
+-- bucketStep, bucketTake, describeBucket, addLag. It returns allowed,
+-- remaining, reset, retry, delay (the waits lengthened by the lag), then
+-- the state after the Take (level, updated), whether the clock stepped
+-- back from it (rebased), and its time to full (ExpiresAt - updated).
+local function bucket_eval(level, upd, p, cost)
   -- bucketStep: within STEP_TOL of a later updated, decide at it (lag);
   -- beyond, rebase to now (stepped).
   local t, lag, stepped = now, 0, false
@@ -1213,31 +1224,8 @@ local function bucket_one(key, p, cost)
   if level < capacity then
     remaining = floordiv(capacity - level, scale)
   end
-  local reset = ceildiv(level, drain)
-  if (allowed == 1 and cost ~= 0) or stepped then
-    -- store: the expiry is updated + reset (ExpiresAt).
-    local ttl = upd + reset - now
-    if w then
-      if ttl > 0 then
-        if w.px[key] == nil then
-          w.order[#w.order + 1] = key
-        end
-        w.val[key], w.lv[key], w.up[key], w.px[key] = true, level, upd, ceildiv(ttl, 1000) + margin
-      elseif v then
-        view_put(key, false, 0)
-      end
-    else
-      local r
-      if ttl > 0 then
-        r = redis.pcall('SET', key, format('%d:%d', level, upd), 'PX', format('%d', ceildiv(ttl, 1000) + margin))
-      elseif v then
-        r = redis.pcall('DEL', key)
-      end
-      if type(r) == 'table' and r.err then
-        return nil, r.err
-      end
-    end
-  end
+  local full = ceildiv(level, drain)
+  local reset = full
   if lag > 0 then -- addLag
     if retry > 0 then
       retry = retry + lag
@@ -1249,10 +1237,111 @@ local function bucket_one(key, p, cost)
       delay = delay + lag
     end
   end
+  return allowed, remaining, reset, retry, delay, level, upd, stepped, full
+end
+
+-- bucket_write is store() of the bucket state (level, upd), full µs from
+-- full, on key, which held v before the call. It returns an error message
+-- if Redis refused the write, nil otherwise.
+local function bucket_write(key, level, upd, full, v)
+  local ttl = upd + full - now
+  local w = view
+  if w then
+    if ttl > 0 then
+      if w.px[key] == nil then
+        w.order[#w.order + 1] = key
+      end
+      w.val[key], w.lv[key], w.up[key], w.px[key] = true, level, upd, ceildiv(ttl, 1000) + margin
+    elseif v then
+      view_put(key, false, 0)
+    end
+    return nil
+  end
+  local r
+  if ttl > 0 then
+    r = redis.pcall('SET', key, format('%d:%d', level, upd), 'PX', format('%d', ceildiv(ttl, 1000) + margin))
+  elseif v then
+    r = redis.pcall('DEL', key)
+  end
+  if type(r) == 'table' and r.err then
+    return r.err
+  end
+  return nil
+end
+
+-- bucket_one decides a Take of one bucket request on key under p.
+-- Returns the reply, or nil and an error.
+local function bucket_one(key, p, cost)
+  local level, upd, v = bucket_read(key)
+  if not level then
+    return nil, upd
+  end
+  local allowed, remaining, reset, retry, delay, l, u, stepped, full = bucket_eval(level, upd, p, cost)
+  if (allowed == 1 and cost ~= 0) or stepped then
+    local err = bucket_write(key, l, u, full, v)
+    if err then
+      return nil, err
+    end
+  end
   if line_now then
     return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
   end
   return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+end
+
+-- bucket_stack decides a Take of n bucket requests on distinct keys, all
+-- or nothing, as decide's generic path does: each request decided in
+-- order on its key; if one is refused nothing is charged, and every
+-- request reports the remaining and reset of its uncharged state at now
+-- (a state the clock stepped back from is written rebased), with the
+-- allowed, retry and delay decided in order. ps[i], costs[i]: request
+-- i's params and cost. Returns the reply, or nil and an error.
+local function bucket_stack(kb, n, ps, costs)
+  -- f: per request, 10 fields: the state read (level, updated, value),
+  -- then allowed, remaining, reset, retry, delay, and the state after.
+  local f = {}
+  local refused = false
+  for i = 1, n do
+    local key = KEYS_[kb + i]
+    local level, upd, v = bucket_read(key)
+    if not level then
+      return nil, upd
+    end
+    local allowed, remaining, reset, retry, delay, l, u, stepped, full = bucket_eval(level, upd, ps[i], costs[i])
+    if allowed == 0 then
+      refused = true
+    end
+    local o = 12 * (i - 1)
+    f[o + 1], f[o + 2], f[o + 3] = level, upd, v
+    f[o + 4], f[o + 5], f[o + 6], f[o + 7], f[o + 8] = allowed, remaining, reset, retry, delay
+    f[o + 9], f[o + 10], f[o + 11], f[o + 12] = l, u, stepped, full
+  end
+  local out = {}
+  if line_now then
+    out[1] = format('%d', now)
+  end
+  for i = 1, n do
+    local o = 12 * (i - 1)
+    local key = KEYS_[kb + i]
+    local remaining, reset = f[o + 5], f[o + 6]
+    if refused then
+      local _, rem, res, _, _, l, u, stepped, full = bucket_eval(f[o + 1], f[o + 2], ps[i], 0)
+      remaining, reset = rem, res
+      if stepped then
+        local err = bucket_write(key, l, u, full, f[o + 3])
+        if err then
+          return nil, err
+        end
+      end
+    elseif costs[i] ~= 0 or f[o + 11] then
+      local err = bucket_write(key, f[o + 9], f[o + 10], f[o + 12], f[o + 3])
+      if err then
+        return nil, err
+      end
+    end
+    out[#out + 1] = format('%d %d %d %d %d', f[o + 4], remaining, reset, f[o + 7], f[o + 8])
+  end
+  return table.concat(out, ' ')
 end
 
 -- decide decides one Store call of n requests, a Take (all or nothing)
@@ -1306,6 +1395,34 @@ local function decide(kb, ab, n, is_take)
       return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
     end
     return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+  end
+
+  if is_take then
+    -- Buckets on distinct keys (a stack of limits, each its own ID): the
+    -- inlined path.
+    local ps, costs = {}, {}
+    local inline = true
+    for i = 1, n do
+      local p = params_of(ARGV_[ab + 1 + 2 * (i - 1)])
+      if not p or (p.algo ~= 't' and p.algo ~= 'l') then
+        inline = false
+        break
+      end
+      local key = KEYS_[kb + i]
+      for j = 1, i - 1 do
+        if KEYS_[kb + j] == key then
+          inline = false
+          break
+        end
+      end
+      if not inline then
+        break
+      end
+      ps[i], costs[i] = p, tonumber(ARGV_[ab + 2 + 2 * (i - 1)])
+    end
+    if inline then
+      return bucket_stack(kb, n, ps, costs)
+    end
   end
 
   -- Per request: its params; per distinct key (by the first request on it):
