@@ -1170,10 +1170,13 @@ local function bucket_read(key)
     return 0, 0, v
   end
   local l, u = match(v, '^(%d+):(%-?%d+)$')
-  if not l then
+  -- A number beyond what the Lua engine converts (gopher-lua's tonumber
+  -- gives nil past int64) is as malformed as a state that does not match.
+  local ln, un = l and tonumber(l), u and tonumber(u)
+  if not ln or not un then
     return nil, malformed_state(key)
   end
-  return tonumber(l), tonumber(u), v
+  return ln, un, v
 end
 
 -- bucket_eval is take() of a bucket on the state (level, upd) at now:
