@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"unsafe"
 
 	"github.com/rampmeter/ratelimit"
 )
@@ -348,8 +349,8 @@ type (
 	}
 )
 
-// cachedBodySize is the size of a cachedBody (TestCachedBodySize).
-const cachedBodySize = 232
+// cachedBodySize is the size of a cachedBody on this architecture.
+const cachedBodySize = int(unsafe.Sizeof(cachedBody{}))
 
 // newCachedBody returns the cachedBody for a request whose body announces
 // size bytes (r.ContentLength; -1: unknown), and an empty buffer to read

@@ -65,11 +65,20 @@ func TestSpecialBytes(t *testing.T) {
 	}
 }
 
-// TestCachedBodySize holds cachedBodySize to the size of a cachedBody, so
-// that the cachedBody of a body with its room fills a size class.
+// TestCachedBodySize holds each cachedBody with its room to exactly the
+// size class it is meant to fill, on any architecture.
 func TestCachedBodySize(t *testing.T) {
-	if got := unsafe.Sizeof(cachedBody{}); got != cachedBodySize {
-		t.Fatalf("cachedBody is %d bytes; cachedBodySize says %d", got, cachedBodySize)
+	for _, c := range []struct {
+		got, want uintptr
+	}{
+		{unsafe.Sizeof(cachedBody512{}), 512},
+		{unsafe.Sizeof(cachedBody1024{}), 1024},
+		{unsafe.Sizeof(cachedBody2048{}), 2048},
+		{unsafe.Sizeof(cachedBody4096{}), 4096},
+	} {
+		if c.got != c.want {
+			t.Errorf("a cachedBody with its room is %d bytes, not the size class %d", c.got, c.want)
+		}
 	}
 }
 
