@@ -1229,16 +1229,8 @@ local function bucket_eval(level, upd, p, cost)
   end
   local full = ceildiv(level, drain)
   local reset = full
-  if lag > 0 then -- addLag
-    if retry > 0 then
-      retry = retry + lag
-    end
-    if reset > 0 then
-      reset = reset + lag
-    end
-    if delay > 0 then
-      delay = delay + lag
-    end
+  if lag > 0 then -- the call only after a clock step back
+    retry, reset, delay = add_lag(retry, reset, delay, lag)
   end
   return allowed, remaining, reset, retry, delay, level, upd, stepped, full
 end
