@@ -1145,6 +1145,15 @@ end
 -- level and updated), so a key's later calls in the batch neither parse
 -- nor format it (see view).
 
+-- one_line is the reply line of a single request's decision: now first
+-- when the call is alone (line_now), since a batch's reply gives now once.
+local function one_line(allowed, remaining, reset, retry, delay)
+  if line_now then
+    return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
+  end
+  return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+end
+
 -- bucket_read returns key's bucket state (level, updated; 0, 0 when
 -- absent) and its stored value (v: the existed of store), or nil and an
 -- error.
@@ -1278,10 +1287,7 @@ local function bucket_one(key, p, cost)
       return nil, err
     end
   end
-  if line_now then
-    return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
-  end
-  return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+  return one_line(allowed, remaining, reset, retry, delay)
 end
 
 -- bucket_stack decides a Take of n bucket requests on distinct keys, all
@@ -1386,10 +1392,7 @@ local function decide(kb, ab, n, is_take)
         return nil, err
       end
     end
-    if line_now then
-      return format('%d %d %d %d %d %d', now, allowed, remaining, reset, retry, delay)
-    end
-    return format('%d %d %d %d %d', allowed, remaining, reset, retry, delay)
+    return one_line(allowed, remaining, reset, retry, delay)
   end
 
   if is_take then
