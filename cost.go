@@ -498,10 +498,7 @@ func (l *Limiter) settle(s *reqState) {
 		sc := l.getScratch()
 		copy(sc.reqs[:], small[:n])
 		err = l.call(s.detached(), OpAdjust, sc.reqs[:n], sc.out[:n])
-		// putScratch, clearing only the requests used: the pool's
-		// scratch has all its requests cleared.
-		clear(sc.reqs[:n])
-		l.scratch.Put(sc)
+		l.putScratch(sc, n)
 	} else {
 		err = l.call(s.detached(), OpAdjust, large[:n], make([]Decision, n))
 	}

@@ -381,7 +381,7 @@ func (l *Limiter) decide(ctx context.Context, key string, limits []Limit, costs 
 		res.Decisions = ds
 	}
 	if sc != nil {
-		l.putScratch(sc)
+		l.putScratch(sc, len(reqs))
 	}
 	return res, err
 }
@@ -477,10 +477,11 @@ func (l *Limiter) getScratch() *scratch {
 	return new(scratch)
 }
 
-// putScratch returns sc to the pool, its keys and limits cleared so that
-// the pool keeps nothing alive.
-func (l *Limiter) putScratch(sc *scratch) {
-	clear(sc.reqs[:])
+// putScratch returns sc to the pool, the keys and limits of its first n
+// requests (the ones its user filled) cleared so that the pool keeps
+// nothing alive: the pool's scratch has all its requests cleared.
+func (l *Limiter) putScratch(sc *scratch, n int) {
+	clear(sc.reqs[:n])
 	l.scratch.Put(sc)
 }
 
