@@ -214,8 +214,10 @@ type PairTaker interface {
 // true promises that Take and Adjust never wait for anything but a short
 // in-process lock (no I/O, no network, no sleep), so that a deadline can
 // never interrupt them: the Limiter then calls the store with the caller's
-// context as is, without the store timeout (WithStoreTimeout) and the
-// timer of a context.WithTimeout per call. A store that checks ctx.Err
+// context as is, without the store timeout (WithStoreTimeout). Any other
+// store's calls get a child context with the store timeout (one small
+// allocation per call), whose timer starts only if the store asks for
+// Done. A store that checks ctx.Err
 // on entry still sees the caller's cancellation. store/memory implements
 // it; a wrapper store should forward the answer of the store it wraps
 // (false when it adds a wait of its own).

@@ -151,23 +151,26 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
 }
 
-// storeContext returns the context of a store call made with ctx: ctx
-// itself for a store that cannot block (NonBlocking), whose calls no
-// deadline could interrupt, else a child with the store timeout and its
-// cancel function.
-func (l *Limiter) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// storeContext returns the context of a store call made with ctx, and
+// the deadlineCtx whose cancel method ends the call (nil when there is
+// none): ctx itself for a store that cannot block (NonBlocking), whose
+// calls no deadline could interrupt, else a deadlineCtx with the store
+// timeout, which starts the timeout's timer only if the store asks for
+// Done.
+func (l *Limiter) storeContext(ctx context.Context) (context.Context, *deadlineCtx) {
 	if l.nonBlocking {
 		return ctx, nil
 	}
-	return context.WithTimeout(ctx, l.timeout)
+	c := newDeadlineCtx(ctx, l.timeout)
+	return c, c
 }
 
 // called ends a store call of op on n requests made with tctx (from
-// storeContext(ctx), whose cancel it calls) since start (read only when
+// storeContext(ctx), whose cancel method it calls) since start (read only when
 // Hooks.OnStoreCall is set) that returned err: it classifies and reports
 // the failure, or closes the store-failure alert's episode, and reports
 // the call to Hooks.OnStoreCall.
-func (l *Limiter) called(ctx, tctx context.Context, cancel context.CancelFunc, op StoreOp, n int, start time.Time, err error) error {
+func (l *Limiter) called(ctx, tctx context.Context, cancel *deadlineCtx, op StoreOp, n int, start time.Time, err error) error {
 	hook := l.hooks.OnStoreCall
 	var d time.Duration
 	if hook != nil {
@@ -179,7 +182,7 @@ func (l *Limiter) called(ctx, tctx context.Context, cancel context.CancelFunc, o
 		a.log(ctx, a.succeeded(l.now()))
 	}
 	if cancel != nil {
-		cancel()
+		cancel.cancel()
 	}
 	if hook != nil {
 		hook(ctx, StoreCall{Op: op, Requests: n, Duration: d, Err: err, Store: l.store})
