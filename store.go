@@ -210,6 +210,22 @@ type PairTaker interface {
 	TakeTwo(ctx context.Context, keyA string, limitA *Limit, costA int64, keyB string, limitB *Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error)
 }
 
+// SingleAdjuster is an optional interface of a Store: AdjustOne charges
+// (r.Cost > 0) or refunds (r.Cost < 0) one request exactly as
+// Adjust(ctx, []Request{r}, out) would (the same checks, the same errors,
+// the same state afterwards, window refunds placed by r.At), but takes and
+// returns values: the fields of the Decision one by one, in Decision's
+// order and units (see SingleTaker; allowed is true on success), all but
+// Limit, which is r.Limit (on an error, zeros). The Limiter calls it when
+// a request's settlement adjusts one limit (the usage reported for one
+// limit of the stack), so that no slice crosses the interface and the
+// Limiter needs no scratch for the call (see SingleTaker). store/memory
+// implements it. A wrapper store should implement it only when the store
+// it wraps does.
+type SingleAdjuster interface {
+	AdjustOne(ctx context.Context, r Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error)
+}
+
 // NonBlocking is an optional interface of a Store. NonBlocking returning
 // true promises that Take and Adjust never wait for anything but a short
 // in-process lock (no I/O, no network, no sleep), so that a deadline can
