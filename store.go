@@ -73,6 +73,36 @@ type Decision struct {
 // limit's burst, so that no amount of waiting admits it.
 func (d Decision) Never() bool { return d.RetryAfter == RetryNever }
 
+// LimitUnit returns the unit of the decided limit, d.Limit.Unit(), or ""
+// when d.Limit is nil. It reads the field in place: Limit's accessors have
+// value receivers, so d.Limit.Unit() copies the whole Limit (about 250
+// bytes) at every call, which a HeaderWriter outside this package would
+// pay for every decision of every response.
+func (d *Decision) LimitUnit() Unit {
+	if d.Limit == nil {
+		return ""
+	}
+	return d.Limit.unit
+}
+
+// LimitBurst returns the capacity of the decided limit in its units,
+// d.Limit.Burst(), or 0 when d.Limit is nil, read in place (see
+// LimitUnit).
+func (d *Decision) LimitBurst() int64 {
+	if d.Limit == nil {
+		return 0
+	}
+	if d.Limit.burst == 0 {
+		return d.Limit.quota
+	}
+	return d.Limit.burst
+}
+
+// LimitIsShadow reports whether the decided limit is a shadow limit,
+// d.Limit.IsShadow(), false when d.Limit is nil, read in place (see
+// LimitUnit).
+func (d *Decision) LimitIsShadow() bool { return d.Limit != nil && d.Limit.shadow }
+
 // Store keeps the state of every (key, limit) pair and decides requests
 // against it. Implementations must be safe for concurrent use and must pass
 // the conformance suite in package storetest.
