@@ -492,9 +492,12 @@ func (l *Limiter) settle(s *reqState) {
 	if released {
 		l.stats.released.Add(1)
 	}
-	// The decisions are not read: the Limiter's scratch takes them.
+	// The decisions are not read: the Limiter's scratch takes them, or
+	// for one request the store's SingleAdjuster returns them as values.
 	var err error
-	if large == nil {
+	if a, ok := l.store.(SingleAdjuster); ok && n == 1 && large == nil {
+		err = l.callAdjustOne(s.detached(), a, small[0])
+	} else if large == nil {
 		sc := l.getScratch()
 		copy(sc.reqs[:], small[:n])
 		err = l.call(s.detached(), OpAdjust, sc.reqs[:n], sc.out[:n])

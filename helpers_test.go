@@ -39,6 +39,8 @@ type recordingStore struct {
 	mu      sync.Mutex
 	takes   int
 	adjusts []adjustCall
+	// adjustOnes counts the Adjust calls made through AdjustOne.
+	adjustOnes int
 }
 
 func (s *recordingStore) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
@@ -77,6 +79,26 @@ func (s *recordingStore) Adjust(ctx context.Context, reqs []ratelimit.Request, o
 	s.adjusts = append(s.adjusts, adjustCall{Reqs: append([]ratelimit.Request(nil), reqs...), CtxErr: ctx.Err()})
 	s.mu.Unlock()
 	return s.Store.Adjust(ctx, reqs, out)
+}
+
+// AdjustOne records the call like Adjust (one request), counts it in
+// adjustOnes, and goes through the inner store's AdjustOne when it has
+// one (store/memory), so that the tests cover the Limiter's settlement of
+// one limit; otherwise through its Adjust.
+func (s *recordingStore) AdjustOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	s.mu.Lock()
+	s.adjusts = append(s.adjusts, adjustCall{Reqs: []ratelimit.Request{r}, CtxErr: ctx.Err()})
+	s.adjustOnes++
+	s.mu.Unlock()
+	if a, ok := s.Store.(ratelimit.SingleAdjuster); ok {
+		return a.AdjustOne(ctx, r)
+	}
+	out := make([]ratelimit.Decision, 1)
+	if err := s.Store.Adjust(ctx, []ratelimit.Request{r}, out); err != nil {
+		return false, 0, 0, 0, 0, 0, err
+	}
+	d := &out[0]
+	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
 }
 
 func (s *recordingStore) Adjusts() []adjustCall {

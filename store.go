@@ -73,6 +73,36 @@ type Decision struct {
 // limit's burst, so that no amount of waiting admits it.
 func (d Decision) Never() bool { return d.RetryAfter == RetryNever }
 
+// LimitUnit returns the unit of the decided limit, d.Limit.Unit(), or ""
+// when d.Limit is nil. It reads the field in place: Limit's accessors have
+// value receivers, so d.Limit.Unit() copies the whole Limit (about 250
+// bytes) at every call, which a HeaderWriter outside this package would
+// pay for every decision of every response.
+func (d *Decision) LimitUnit() Unit {
+	if d.Limit == nil {
+		return ""
+	}
+	return d.Limit.unit
+}
+
+// LimitBurst returns the capacity of the decided limit in its units,
+// d.Limit.Burst(), or 0 when d.Limit is nil, read in place (see
+// LimitUnit).
+func (d *Decision) LimitBurst() int64 {
+	if d.Limit == nil {
+		return 0
+	}
+	if d.Limit.burst == 0 {
+		return d.Limit.quota
+	}
+	return d.Limit.burst
+}
+
+// LimitIsShadow reports whether the decided limit is a shadow limit,
+// d.Limit.IsShadow(), false when d.Limit is nil, read in place (see
+// LimitUnit).
+func (d *Decision) LimitIsShadow() bool { return d.Limit != nil && d.Limit.shadow }
+
 // Store keeps the state of every (key, limit) pair and decides requests
 // against it. Implementations must be safe for concurrent use and must pass
 // the conformance suite in package storetest.
@@ -208,6 +238,22 @@ type SingleTaker interface {
 // it wraps does.
 type PairTaker interface {
 	TakeTwo(ctx context.Context, keyA string, limitA *Limit, costA int64, keyB string, limitB *Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error)
+}
+
+// SingleAdjuster is an optional interface of a Store: AdjustOne charges
+// (r.Cost > 0) or refunds (r.Cost < 0) one request exactly as
+// Adjust(ctx, []Request{r}, out) would (the same checks, the same errors,
+// the same state afterwards, window refunds placed by r.At), but takes and
+// returns values: the fields of the Decision one by one, in Decision's
+// order and units (see SingleTaker; allowed is true on success), all but
+// Limit, which is r.Limit (on an error, zeros). The Limiter calls it when
+// a request's settlement adjusts one limit (the usage reported for one
+// limit of the stack), so that no slice crosses the interface and the
+// Limiter needs no scratch for the call (see SingleTaker). store/memory
+// implements it. A wrapper store should implement it only when the store
+// it wraps does.
+type SingleAdjuster interface {
+	AdjustOne(ctx context.Context, r Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error)
 }
 
 // NonBlocking is an optional interface of a Store. NonBlocking returning

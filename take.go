@@ -151,6 +151,23 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
 }
 
+// callAdjustOne is call for an Adjust of the one request r through the
+// store's SingleAdjuster a, for a settlement, which reads no decision: no
+// slice crosses the interface and no scratch is taken (see
+// SingleAdjuster).
+func (l *Limiter) callAdjustOne(ctx context.Context, a SingleAdjuster, r Request) error {
+	tctx, cancel := l.storeContext(ctx)
+	var start time.Time
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	_, _, _, _, _, _, err := a.AdjustOne(tctx, r)
+	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+		return nil // what called would do, without its call
+	}
+	return l.called(ctx, tctx, cancel, OpAdjust, 1, start, err)
+}
+
 // storeContext returns the context of a store call made with ctx, and
 // the deadlineCtx whose cancel method ends the call (nil when there is
 // none): ctx itself for a store that cannot block (NonBlocking), whose

@@ -127,11 +127,11 @@ func (w openAIHeaders) WriteHeadersBuf(h http.Header, res ratelimit.Result, fb *
 	var ds [2]*ratelimit.Decision // requests, tokens: mostRestrictive of each, in one pass
 	for i := range res.Decisions {
 		d := &res.Decisions[i]
-		if d.Limit == nil || d.Limit.IsShadow() {
+		if d.Limit == nil || d.LimitIsShadow() {
 			continue
 		}
 		var b **ratelimit.Decision
-		switch d.Limit.Unit() {
+		switch d.LimitUnit() {
 		case ratelimit.Requests:
 			b = &ds[0]
 		case ratelimit.Tokens:
@@ -230,7 +230,7 @@ func (w anthropicHeaders) WriteHeaders(h http.Header, res ratelimit.Result) {
 // appendCounts appends d's limit (its Burst) and remaining count
 // (max(0, Remaining)) to b, and their ends in b to ends.
 func appendCounts(b []byte, d *ratelimit.Decision, ends []int) []byte {
-	b = strconv.AppendInt(b, d.Limit.Burst(), 10)
+	b = strconv.AppendInt(b, d.LimitBurst(), 10)
 	ends[0] = len(b)
 	b = strconv.AppendInt(b, max(0, d.Remaining), 10)
 	ends[1] = len(b)
@@ -255,7 +255,7 @@ func mostRestrictive(ds []ratelimit.Decision, u ratelimit.Unit) *ratelimit.Decis
 	var b *ratelimit.Decision
 	for i := range ds {
 		d := &ds[i]
-		if d.Limit == nil || d.Limit.IsShadow() || d.Limit.Unit() != u {
+		if d.Limit == nil || d.LimitIsShadow() || d.LimitUnit() != u {
 			continue
 		}
 		if b == nil || d.Remaining < b.Remaining {

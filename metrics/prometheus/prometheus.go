@@ -437,19 +437,30 @@ func (m *Metrics) SetCircuitState(name string, open bool) {
 // The wrapper forwards the optional interfaces the Limiter's hot path
 // uses: it is a ratelimit.SingleTaker exactly when s is (its TakeOne
 // calls and measures s's, as Take does), a ratelimit.PairTaker exactly
-// when s is (its TakeTwo likewise), and it is as NonBlocking as s
-// (measuring a call waits for nothing).
+// when s is (its TakeTwo likewise), a ratelimit.SingleAdjuster exactly
+// when s is (its AdjustOne calls and measures s's, as Adjust does), and
+// it is as NonBlocking as s (measuring a call waits for nothing).
 func (m *Metrics) InstrumentStore(s ratelimit.Store) ratelimit.Store {
 	i := &instrumented{s: s, m: m}
 	one, isOne := s.(ratelimit.SingleTaker)
 	pair, isPair := s.(ratelimit.PairTaker)
+	adj, isAdj := s.(ratelimit.SingleAdjuster)
+	o, p, a := withOne{i, one}, withPair{i, pair}, withAdjustOne{i, adj}
 	switch {
+	case isOne && isPair && isAdj:
+		return &instrumentedOnePairAdjust{i, o, p, a}
 	case isOne && isPair:
-		return &instrumentedOnePair{instrumented: i, one: one, pair: pair}
+		return &instrumentedOnePair{i, o, p}
+	case isOne && isAdj:
+		return &instrumentedOneAdjust{i, o, a}
+	case isPair && isAdj:
+		return &instrumentedPairAdjust{i, p, a}
 	case isOne:
-		return &instrumentedOne{instrumented: i, one: one}
+		return &instrumentedOne{i, o}
 	case isPair:
-		return &instrumentedPair{instrumented: i, pair: pair}
+		return &instrumentedPair{i, p}
+	case isAdj:
+		return &instrumentedAdjust{i, a}
 	}
 	return i
 }
@@ -515,66 +526,95 @@ func (i *instrumented) NonBlocking() bool {
 // has it, so that wraps recognises them all.
 func (i *instrumented) base() *instrumented { return i }
 
-// takeOne calls one.TakeOne and records its duration as a Take's.
-func (i *instrumented) takeOne(one ratelimit.SingleTaker, ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
-	start := i.m.now()
-	allowed, remaining, reset, retryAfter, delay, at, err = one.TakeOne(ctx, r)
-	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
+// withOne gives a wrapper the method TakeOne: it calls the store's
+// TakeOne (one, the store measured as a SingleTaker) and records its
+// duration as a Take's.
+type withOne struct {
+	i   *instrumented
+	one ratelimit.SingleTaker
+}
+
+// TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
+// and records its duration as a Take's.
+func (w withOne) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	start := w.i.m.now()
+	allowed, remaining, reset, retryAfter, delay, at, err = w.one.TakeOne(ctx, r)
+	observe(w.i.m.takeOK, w.i.m.takeErr, err, w.i.m.now().Sub(start))
 	return allowed, remaining, reset, retryAfter, delay, at, err
 }
 
-// takeTwo calls pair.TakeTwo and records its duration as a Take's.
-func (i *instrumented) takeTwo(pair ratelimit.PairTaker, ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
-	start := i.m.now()
+// withPair gives a wrapper the method TakeTwo: it calls the store's
+// TakeTwo (pair, the store measured as a PairTaker) and records its
+// duration as a Take's.
+type withPair struct {
+	i    *instrumented
+	pair ratelimit.PairTaker
+}
+
+// TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
+// and records its duration as a Take's.
+func (w withPair) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
+	start := w.i.m.now()
 	allowedA, remainingA, resetA, retryAfterA, delayA, atA,
-		allowedB, remainingB, resetB, retryAfterB, delayB, atB, err = pair.TakeTwo(ctx, keyA, limitA, costA, keyB, limitB, costB)
-	observe(i.m.takeOK, i.m.takeErr, err, i.m.now().Sub(start))
+		allowedB, remainingB, resetB, retryAfterB, delayB, atB, err = w.pair.TakeTwo(ctx, keyA, limitA, costA, keyB, limitB, costB)
+	observe(w.i.m.takeOK, w.i.m.takeErr, err, w.i.m.now().Sub(start))
 	return allowedA, remainingA, resetA, retryAfterA, delayA, atA,
 		allowedB, remainingB, resetB, retryAfterB, delayB, atB, err
 }
 
-// instrumentedOne is instrumented for a store that is a SingleTaker and
-// no PairTaker.
-type instrumentedOne struct {
-	*instrumented
-	one ratelimit.SingleTaker // the store measured, as a SingleTaker
+// withAdjustOne gives a wrapper the method AdjustOne: it calls the
+// store's AdjustOne (adj, the store measured as a SingleAdjuster) and
+// records its duration as an Adjust's.
+type withAdjustOne struct {
+	i   *instrumented
+	adj ratelimit.SingleAdjuster
 }
 
-// TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
-// and records its duration as a Take's.
-func (i *instrumentedOne) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
-	return i.takeOne(i.one, ctx, r)
+// AdjustOne implements ratelimit.SingleAdjuster: it calls the store's
+// AdjustOne and records its duration as an Adjust's.
+func (w withAdjustOne) AdjustOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	start := w.i.m.now()
+	allowed, remaining, reset, retryAfter, delay, at, err = w.adj.AdjustOne(ctx, r)
+	observe(w.i.m.adjustOK, w.i.m.adjustErr, err, w.i.m.now().Sub(start))
+	return allowed, remaining, reset, retryAfter, delay, at, err
 }
 
-// instrumentedPair is instrumented for a store that is a PairTaker and no
-// SingleTaker.
-type instrumentedPair struct {
-	*instrumented
-	pair ratelimit.PairTaker // the store measured, as a PairTaker
-}
-
-// TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
-// and records its duration as a Take's.
-func (i *instrumentedPair) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
-	return i.takeTwo(i.pair, ctx, keyA, limitA, costA, keyB, limitB, costB)
-}
-
-// instrumentedOnePair is instrumented for a store that is both a
-// SingleTaker and a PairTaker, as store/memory is.
-type instrumentedOnePair struct {
-	*instrumented
-	one  ratelimit.SingleTaker // the store measured, as a SingleTaker
-	pair ratelimit.PairTaker   // the store measured, as a PairTaker
-}
-
-// TakeOne implements ratelimit.SingleTaker: it calls the store's TakeOne
-// and records its duration as a Take's.
-func (i *instrumentedOnePair) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
-	return i.takeOne(i.one, ctx, r)
-}
-
-// TakeTwo implements ratelimit.PairTaker: it calls the store's TakeTwo
-// and records its duration as a Take's.
-func (i *instrumentedOnePair) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
-	return i.takeTwo(i.pair, ctx, keyA, limitA, costA, keyB, limitB, costB)
-}
+// The variants of instrumented for a store that is some of SingleTaker,
+// PairTaker and SingleAdjuster: each has the methods of exactly the
+// optional interfaces the store measured has (store/memory has all
+// three).
+type (
+	instrumentedOne struct {
+		*instrumented
+		withOne
+	}
+	instrumentedPair struct {
+		*instrumented
+		withPair
+	}
+	instrumentedAdjust struct {
+		*instrumented
+		withAdjustOne
+	}
+	instrumentedOnePair struct {
+		*instrumented
+		withOne
+		withPair
+	}
+	instrumentedOneAdjust struct {
+		*instrumented
+		withOne
+		withAdjustOne
+	}
+	instrumentedPairAdjust struct {
+		*instrumented
+		withPair
+		withAdjustOne
+	}
+	instrumentedOnePairAdjust struct {
+		*instrumented
+		withOne
+		withPair
+		withAdjustOne
+	}
+)

@@ -3,6 +3,7 @@ package prometheus
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -568,4 +569,93 @@ func takeTwo(p ratelimit.PairTaker, ctx context.Context, a, b ratelimit.Request)
 		da.Limit, db.Limit = a.Limit, b.Limit
 	}
 	return da, db, err
+}
+
+// InstrumentStore forwards SingleAdjuster as it does SingleTaker and
+// PairTaker: memory's wrapper is one, its AdjustOne settles exactly what
+// the store's Adjust of the one request would and is measured as one
+// Adjust (an error as a failed one); and every combination of the three
+// optional interfaces gives a wrapper with exactly that combination.
+func TestInstrumentStoreForwardsSingleAdjuster(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := New(reg)
+	require.NoError(t, err)
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	mem, err := memory.New(memory.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	w := m.InstrumentStore(mem)
+	adj, ok := w.(ratelimit.SingleAdjuster)
+	require.True(t, ok, "memory is a SingleAdjuster, so is its wrapper")
+	l := ratelimit.PerMinute(10)
+	ctx := context.Background()
+	// Take 4 of 10, then settle +3: 10 - 4 - 3 = 3 left, full again in
+	// 7 × 6 s = 42 s (one unit per 6 s).
+	out := make([]ratelimit.Decision, 1)
+	require.NoError(t, w.Take(ctx, []ratelimit.Request{{Key: "k", Limit: &l, Cost: 4}}, out))
+	allowed, remaining, reset, retryAfter, delay, at, err := adj.AdjustOne(ctx, ratelimit.Request{Key: "k", Limit: &l, Cost: 3, At: out[0].At})
+	require.NoError(t, err)
+	assert.True(t, allowed)
+	assert.Equal(t, int64(3), remaining)
+	assert.Equal(t, 42*time.Second, reset)
+	assert.Equal(t, time.Duration(0), retryAfter)
+	assert.Equal(t, time.Duration(0), delay)
+	assert.Equal(t, now.UnixMicro(), at)
+	counts := durationCounts(t, reg, "rampmeter_store_duration_seconds")
+	assert.Equal(t, uint64(1), counts["adjust/ok"], "AdjustOne measured as an Adjust")
+	assert.Equal(t, uint64(1), counts["take/ok"])
+	// A malformed request: the store's error, measured as a failed Adjust.
+	_, _, _, _, _, _, err = adj.AdjustOne(ctx, ratelimit.Request{Key: "", Limit: &l, Cost: -1})
+	require.ErrorIs(t, err, ratelimit.ErrInvalidRequest)
+	assert.Equal(t, uint64(1), durationCounts(t, reg, "rampmeter_store_duration_seconds")["adjust/error"])
+
+	type want struct{ one, pair, adj bool }
+	for _, c := range []struct {
+		s    ratelimit.Store
+		want want
+	}{
+		{struct{ ratelimit.Store }{mem}, want{}},
+		{struct {
+			ratelimit.Store
+			ratelimit.SingleTaker
+		}{mem, mem}, want{one: true}},
+		{struct {
+			ratelimit.Store
+			ratelimit.PairTaker
+		}{mem, mem}, want{pair: true}},
+		{struct {
+			ratelimit.Store
+			ratelimit.SingleAdjuster
+		}{mem, mem}, want{adj: true}},
+		{struct {
+			ratelimit.Store
+			ratelimit.SingleTaker
+			ratelimit.PairTaker
+		}{mem, mem, mem}, want{one: true, pair: true}},
+		{struct {
+			ratelimit.Store
+			ratelimit.SingleTaker
+			ratelimit.SingleAdjuster
+		}{mem, mem, mem}, want{one: true, adj: true}},
+		{struct {
+			ratelimit.Store
+			ratelimit.PairTaker
+			ratelimit.SingleAdjuster
+		}{mem, mem, mem}, want{pair: true, adj: true}},
+		{mem, want{one: true, pair: true, adj: true}},
+	} {
+		w := m.InstrumentStore(c.s)
+		_, one := w.(ratelimit.SingleTaker)
+		_, pair := w.(ratelimit.PairTaker)
+		a, isAdj := w.(ratelimit.SingleAdjuster)
+		assert.Equal(t, c.want, want{one, pair, isAdj}, "%T", c.s)
+		assert.True(t, m.wraps(w))
+		assert.Equal(t, c.s, w.(interface{ Unwrap() ratelimit.Store }).Unwrap())
+		if isAdj {
+			// Each variant's AdjustOne reaches the store: a refund of 1
+			// on a fresh key leaves it full (10 left).
+			_, remaining, _, _, _, _, err := a.AdjustOne(ctx, ratelimit.Request{Key: fmt.Sprintf("%T", c.s), Limit: &l, Cost: -1})
+			require.NoError(t, err)
+			assert.Equal(t, int64(10), remaining)
+		}
+	}
 }

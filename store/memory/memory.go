@@ -163,6 +163,23 @@ func (s *Store) Adjust(ctx context.Context, reqs []ratelimit.Request, out []rate
 	return nil
 }
 
+// AdjustOne implements ratelimit.SingleAdjuster: it charges or refunds r
+// as Adjust does a call of one request, with the same errors, and returns
+// the fields of the Decision (but Limit, r.Limit). It allocates nothing
+// when the entry exists (the Limiter calls it to settle one limit).
+func (s *Store) AdjustOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	var d ratelimit.Decision
+	// check's answer for a valid request in a live context, without its
+	// call and its loop; check gives the error otherwise.
+	if ctx == nil || !valid(&r, false) || ctx.Err() != nil {
+		if err := check(ctx, unsafe.Slice(&r, 1), unsafe.Slice(&d, 1), false); err != nil {
+			return false, 0, 0, 0, 0, 0, err
+		}
+	}
+	s.one(&r, &d, false)
+	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
+}
+
 // check validates a call before anything is locked or charged.
 func check(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision, take bool) error {
 	if ctx == nil {
