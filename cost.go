@@ -495,8 +495,8 @@ func (l *Limiter) settle(s *reqState) {
 	// The decisions are not read: the Limiter's scratch takes them, or
 	// for one request the store's SingleAdjuster returns them as values.
 	var err error
-	if a, ok := l.store.(SingleAdjuster); ok && n == 1 && large == nil {
-		err = l.callAdjustOne(s.detached(), a, small[0])
+	if l.adjustOne != nil && n == 1 && large == nil {
+		err = l.callAdjustOne(s.detached(), small[0])
 	} else if large == nil {
 		sc := l.getScratch()
 		copy(sc.reqs[:], small[:n])

@@ -18,6 +18,8 @@ type Limiter struct {
 	store Store
 	one   SingleTaker // store, when it is one: the single-limit path
 	pair  PairTaker   // store, when it is one: the two-limit path
+	// adjustOne: store, when it is one: the settlement of one limit.
+	adjustOne SingleAdjuster
 	// nonBlocking: the store cannot block (NonBlocking), so its calls get
 	// no store timeout.
 	nonBlocking bool
@@ -139,6 +141,7 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 	l.stats.decisions.init()
 	l.one, _ = store.(SingleTaker)
 	l.pair, _ = store.(PairTaker)
+	l.adjustOne, _ = store.(SingleAdjuster)
 	if nb, ok := store.(NonBlocking); ok {
 		l.nonBlocking = nb.NonBlocking()
 	}

@@ -152,16 +152,16 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 }
 
 // callAdjustOne is call for an Adjust of the one request r through the
-// store's SingleAdjuster a, for a settlement, which reads no decision: no
-// slice crosses the interface and no scratch is taken (see
-// SingleAdjuster).
-func (l *Limiter) callAdjustOne(ctx context.Context, a SingleAdjuster, r Request) error {
+// store's SingleAdjuster (l.adjustOne, non-nil), for a settlement, which
+// reads no decision: no slice crosses the interface and no scratch is
+// taken (see SingleAdjuster).
+func (l *Limiter) callAdjustOne(ctx context.Context, r Request) error {
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
 		start = l.now()
 	}
-	_, _, _, _, _, _, err := a.AdjustOne(tctx, r)
+	_, _, _, _, _, _, err := l.adjustOne.AdjustOne(tctx, r)
 	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
 		return nil // what called would do, without its call
 	}
