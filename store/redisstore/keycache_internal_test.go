@@ -110,6 +110,13 @@ func TestLimitEntry(t *testing.T) {
 		require.Equal(t, limitParams(x), e.params)
 		require.Same(t, e, s.limit(x, x.ID()), "a second lookup recomputes")
 	}
+	// A Limit built again for each call (a new ID string each time) finds
+	// the entry of its ID by hash instead of making one.
+	byHash := s.limit(&rebuilt, rebuilt.ID())
+	for range 3 {
+		again := ratelimit.PerMinute(60).Named("rpm")
+		require.Same(t, byHash, s.limit(&again, again.ID()))
+	}
 	require.Same(t, s.entry("k", &l), s.entry("k", &copied))
 	require.Same(t, s.entry("k", &l), s.entry("k", &rebuilt))
 	require.NotEqual(t, s.entry("k", &l).rkey, s.entry("k", &other).rkey)

@@ -237,7 +237,8 @@ type Store struct {
 
 	marginArg any                            // marginMs, boxed once
 	cache     []atomic.Pointer[keyEntry]     // WithKeyCache slots (a power of two), nil when off
-	limits    [64]atomic.Pointer[limitEntry] // with the key cache: hash and params by limit ID
+	limits    [64]atomic.Pointer[limitEntry] // with the key cache: hash and params by limit ID's address
+	limitsH   [64]atomic.Pointer[limitEntry] // the same by the ID's hash
 	seed      maphash.Seed                   // of the cache's hashes
 	ap        *redis.AutoPipeliner           // WithPipelining on a Cluster: the client's async autopipeliner
 	batch     *batcher                       // WithPipelining on one server
@@ -531,12 +532,15 @@ type limitEntry struct {
 }
 
 // limit returns the limitEntry of l, whose ID is id (l.ID() copies the
-// Limit), or nil if the script does not implement l's algorithm. The table is direct-mapped by the address of the ID's
-// bytes, not by its hash: a caller's Limits keep their ID strings, so a
-// lookup is one load and a compare that Go answers from the pointers when
-// they are equal, where hashing the ID would read all of it on every call.
-// Two Limits with equal IDs in distinct strings may take two slots; each
-// entry is checked by its ID, so a collision costs only a recomputation.
+// Limit), or nil if the script does not implement l's algorithm. The first
+// table is direct-mapped by the address of the ID's bytes, not by its
+// hash: a caller's Limits keep their ID strings, so a lookup is one load
+// and a compare that Go answers from the pointers when they are equal,
+// where hashing the ID would read all of it on every call. An ID in
+// another string (a Limit built again for each call) is then found by its
+// hash in the second table, so it costs what it did before the first
+// table, not a new entry every call. Every entry is checked by its ID, so
+// a collision costs only a recomputation.
 func (s *Store) limit(l *ratelimit.Limit, id string) *limitEntry {
 	slot := &s.limits[0]
 	if len(id) > 0 {
@@ -546,12 +550,19 @@ func (s *Store) limit(l *ratelimit.Limit, id string) *limitEntry {
 	if e := slot.Load(); e != nil && e.id == id {
 		return e
 	}
+	h := maphash.String(s.seed, id)
+	hslot := &s.limitsH[h>>(64-6)]
+	if e := hslot.Load(); e != nil && e.id == id {
+		slot.Store(e)
+		return e
+	}
 	p := limitParams(l)
 	if p == "" {
 		return nil
 	}
-	e := &limitEntry{id: id, h: maphash.String(s.seed, id), params: p}
+	e := &limitEntry{id: id, h: h, params: p}
 	slot.Store(e)
+	hslot.Store(e)
 	return e
 }
 
