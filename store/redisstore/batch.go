@@ -121,13 +121,45 @@ func (b *batcher) loop() {
 	}
 }
 
-// flush decides the calls of batch in one script call.
+// flush decides the calls of batch in one script call and then wakes
+// their callers. A panic while deciding (in a go-redis hook, say, or a
+// caller's context) would end the process from loop's goroutine, which no
+// caller can recover; instead every call of the batch fails with an error
+// wrapping errBatchPanic, and loop goes on with the next batch. Such a
+// call may or may not have been decided by Redis, as after a timeout; it
+// is not re-sent.
 func (b *batcher) flush(batch []*batchCall) {
+	b.decide(batch)
+	for _, c := range batch {
+		c.done <- struct{}{}
+	}
+}
+
+// errBatchPanic is wrapped by the error of every call of a batch whose
+// decision panicked (see flush).
+var errBatchPanic = errors.New("pipelined batch panicked")
+
+// decide sets the reply or error of every call of batch (set), deciding
+// the live ones in one script call; it wakes no caller (flush does), so a
+// call it set is still its own, which is what lets a panic part way set
+// every call's error instead.
+func (b *batcher) decide(batch []*batchCall) {
+	defer func() {
+		if p := recover(); p != nil {
+			err := fmt.Errorf("%w: %v", errBatchPanic, p)
+			if perr, ok := p.(error); ok {
+				err = fmt.Errorf("%w: %w", errBatchPanic, perr)
+			}
+			for _, c := range batch {
+				c.set("", -1, err)
+			}
+		}
+	}()
 	live := b.live[:0]
 	defer func() { clear(live); b.live = live[:0] }()
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
-			c.finish("", -1, err) // never sent
+			c.set("", -1, err) // never sent
 			continue
 		}
 		live = append(live, c)
@@ -138,7 +170,7 @@ func (b *batcher) flush(batch []*batchCall) {
 	case 1:
 		c := live[0]
 		reply, err := b.s.evalOne(c.ctx, c.args)
-		c.finish(reply, -1, err)
+		c.set(reply, -1, err)
 		return
 	}
 
@@ -221,7 +253,7 @@ func (b *batcher) flush(batch []*batchCall) {
 	}
 	if err != nil {
 		for _, c := range live {
-			c.finish("", -1, err)
+			c.set("", -1, err)
 		}
 		return
 	}
@@ -230,16 +262,16 @@ func (b *batcher) flush(batch []*batchCall) {
 		reply = rest
 		switch {
 		case line == "":
-			c.finish("", -1, fmt.Errorf("batch reply has no line for call %d of %d", i+1, len(live)))
+			c.set("", -1, fmt.Errorf("batch reply has no line for call %d of %d", i+1, len(live)))
 		case line[0] == '!':
-			c.finish("", -1, errors.New(line[1:]))
+			c.set("", -1, errors.New(line[1:]))
 		default:
-			c.finish(line, at, nil)
+			c.set(line, at, nil)
 		}
 	}
 }
 
-func (c *batchCall) finish(reply string, at int64, err error) {
+// set records the call's outcome; flush then wakes its caller.
+func (c *batchCall) set(reply string, at int64, err error) {
 	c.reply, c.at, c.err = reply, at, err
-	c.done <- struct{}{}
 }

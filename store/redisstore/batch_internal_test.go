@@ -2,8 +2,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,4 +282,137 @@ func (c *batchCall) line() string {
 		return c.reply
 	}
 	return fmt.Sprintf("%d %s", c.at, c.reply)
+}
+
+// panicHook holds the first command it sees until gate is closed, and
+// panics with "boom" on every batch command (mode "b" or "B") while armed.
+type panicHook struct {
+	first atomic.Bool
+	gate  chan struct{}
+	armed atomic.Bool
+}
+
+func (h *panicHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *panicHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *panicHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.first.CompareAndSwap(false, true) {
+			<-h.gate
+		}
+		args := cmd.Args() // fcall name numkeys keys... mode ...; HELLO has fewer
+		if len(args) < 3 {
+			return next(ctx, cmd)
+		}
+		if nk, ok := args[2].(int); ok && len(args) > 3+nk && h.armed.Load() {
+			if m := args[3+nk]; m == "b" || m == "B" {
+				panic("boom")
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestBatchPanicFailsItsCalls: a panic while a batch is decided (here a
+// go-redis hook's, before the batch command is written) fails every call
+// of that batch with an error wrapping errBatchPanic instead of ending the
+// process from the batcher's goroutine, and the store goes on: the lone
+// call before the batch and the call after it are decided, and the failed
+// calls charged nothing. Limit: 10 per minute at a fixed clock, so after
+// the lone call (1) and the call after the batch (1) exactly 8 remain.
+func TestBatchPanicFailsItsCalls(t *testing.T) {
+	l := ratelimit.PerMinute(10).Named("rpm")
+	now := time.Date(2026, 3, 4, 5, 6, 7, 891011000, time.UTC)
+	run := func(t *testing.T, addr string) {
+		h := &panicHook{gate: make(chan struct{})}
+		h.armed.Store(true)
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		c.AddHook(h)
+		t.Cleanup(func() { _ = c.Close() })
+		s, err := New(c, WithPipelining(), WithClock(func() time.Time { return now }), WithPrefix("batchpanic:"+t.Name()+":"))
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Del(context.Background(), s.Key("k", &l)) })
+		take := func() ([]ratelimit.Decision, error) {
+			out := make([]ratelimit.Decision, 1)
+			err := s.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, out)
+			return out, err
+		}
+
+		lone := make(chan error, 1)
+		go func() { _, err := take(); lone <- err }()
+		const queued = 3
+		errs := make(chan error, queued)
+		for !h.first.Load() { // the lone call is held in the hook
+			runtime.Gosched()
+		}
+		for range queued {
+			go func() { _, err := take(); errs <- err }()
+		}
+		for {
+			s.batch.mu.Lock()
+			n := len(s.batch.queue)
+			s.batch.mu.Unlock()
+			if n == queued {
+				break
+			}
+			runtime.Gosched()
+		}
+		close(h.gate)
+		require.NoError(t, <-lone)
+		for range queued {
+			err := <-errs
+			require.ErrorIs(t, err, errBatchPanic)
+			require.ErrorContains(t, err, "boom")
+		}
+
+		h.armed.Store(false)
+		out, err := take()
+		require.NoError(t, err)
+		require.True(t, out[0].Allowed)
+		require.Equal(t, int64(8), out[0].Remaining, "the failed batch charged something")
+	}
+	t.Run("miniredis", func(t *testing.T) { run(t, miniredis.RunT(t).Addr()) })
+	t.Run("redis", func(t *testing.T) { run(t, redistest.Addr(t)) })
+}
+
+// TestBatchPanicError: a panic with an error value is wrapped, so that
+// errors.Is finds both it and errBatchPanic, and flush still wakes every
+// call of the batch, the one never sent included.
+func TestBatchPanicError(t *testing.T) {
+	l := ratelimit.PerMinute(10).Named("rpm")
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	boom := errors.New("hook failed")
+	c.AddHook(hookFunc(func(ctx context.Context, cmd redis.Cmder) error { panic(boom) }))
+	s, err := New(c)
+	require.NoError(t, err)
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	var batch []*batchCall
+	for _, ctx := range []context.Context{t.Context(), gone, t.Context()} {
+		args, err := s.command([]ratelimit.Request{{Key: "k", Limit: &l, Cost: 1}}, "t")
+		require.NoError(t, err)
+		batch = append(batch, &batchCall{ctx: ctx, args: args, n: 1, done: make(chan struct{}, 1)})
+	}
+	(&batcher{s: s}).flush(batch)
+	for _, c := range batch {
+		<-c.done
+		require.ErrorIs(t, c.err, errBatchPanic)
+		require.ErrorIs(t, c.err, boom)
+	}
+	require.False(t, m.Exists(s.Key("k", &l)))
+}
+
+// hookFunc is a go-redis hook of ProcessHook alone, run in place of the
+// command.
+type hookFunc func(ctx context.Context, cmd redis.Cmder) error
+
+func (f hookFunc) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f hookFunc) ProcessHook(redis.ProcessHook) redis.ProcessHook {
+	return redis.ProcessHook(f)
+}
+func (f hookFunc) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }

@@ -2,7 +2,7 @@ package redisstore
 
 // Review tests (issue 10, the luatake branch): the script's inlined bucket
 // Takes (bucket_one, bucket_stack), the batch view that keeps their states
-// decoded, now given once per batch reply, and the two-way key cache.
+// decoded, now given once per batch reply, and the key cache.
 
 import (
 	"context"
@@ -512,7 +512,7 @@ func TestReviewInlineCorruptState(t *testing.T) {
 	})
 }
 
-// TestReviewKeyCacheConcurrent hammers the two-way key cache, in every
+// TestReviewKeyCacheConcurrent hammers the four-way key cache, in every
 // size from one slot to a few sets, from many goroutines with more pairs
 // than slots, and requires every entry returned to be the pair's own:
 // its key, its limit's ID, the Redis key and the params of an uncached

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -105,10 +106,11 @@ const DefaultKeyCache = 8192
 // names the store keeps, so that a caller seen recently costs no HMAC and
 // no allocation for its key names (default DefaultKeyCache, 8192; 0 turns
 // the cache off). n is rounded up to a power of two; it must be between 0
-// and 2^20. The cache is two-way set-associative: a pair hashes to a set
-// of two slots, and a new pair takes the set's first slot, moving the entry
-// there to the second and evicting the second's (with n = 1, the one slot's).
-// It holds at most one entry of about 200 bytes plus the caller key per slot, so about 2 MB when 8192 slots are full; caller keys longer
+// and 2^20. The cache is four-way set-associative: a pair hashes to a set
+// of four slots (all n slots when n < 4), and a new pair takes the set's
+// first slot, moving each entry of the set one slot down and evicting the
+// last's. It holds at most one entry of about 200 bytes plus the caller key
+// per slot, so about 2 MB when 8192 slots are full; caller keys longer
 // than 256 bytes are never kept. Keys are kept in process memory only,
 // never in Redis.
 func WithKeyCache(n int) Option {
@@ -233,12 +235,13 @@ type Store struct {
 	// calendar call that missed its bounds saw it (see calendarArgs).
 	calSkew atomic.Int64
 
-	marginArg any                             // marginMs, boxed once
-	cache     []atomic.Pointer[keyEntry]      // WithKeyCache slots (a power of two), nil when off
-	params    [64]atomic.Pointer[paramsEntry] // with the key cache: params strings by limit ID
-	seed      maphash.Seed                    // of the cache's hashes
-	ap        *redis.AutoPipeliner            // WithPipelining on a Cluster: the client's async autopipeliner
-	batch     *batcher                        // WithPipelining on one server
+	marginArg any                            // marginMs, boxed once
+	cache     []atomic.Pointer[keyEntry]     // WithKeyCache slots (a power of two), nil when off
+	limits    [64]atomic.Pointer[limitEntry] // with the key cache: hash and params by limit ID's address
+	limitsH   [64]atomic.Pointer[limitEntry] // the same by the ID's hash
+	seed      maphash.Seed                   // of the cache's hashes
+	ap        *redis.AutoPipeliner           // WithPipelining on a Cluster: the client's async autopipeliner
+	batch     *batcher                       // WithPipelining on one server
 
 	// noFunctions: the server cannot run the script as a Redis Function
 	// (see fcallRefused), so every call is sent as a script (EVALSHA).
@@ -395,15 +398,25 @@ func (s *Store) hashTag(key string, tag *[tagLen]byte) {
 }
 
 func (s *Store) redisKey(tag *[tagLen]byte, l *ratelimit.Limit) string {
+	rkey, _ := s.redisKeyAnd(tag, l, "")
+	return rkey
+}
+
+// redisKeyAnd returns the Redis key of tag and l, and a copy of key, both
+// made in one allocation (a keyEntry keeps both).
+func (s *Store) redisKeyAnd(tag *[tagLen]byte, l *ratelimit.Limit, key string) (rkey, keyCopy string) {
 	id := l.ID()
+	n := len(s.prefix) + tagLen + 3 + len(id)
 	var b strings.Builder
-	b.Grow(len(s.prefix) + tagLen + 3 + len(id))
+	b.Grow(n + len(key))
 	b.WriteString(s.prefix)
 	b.WriteByte('{')
 	b.Write(tag[:])
 	b.WriteString("}:")
 	b.WriteString(id)
-	return b.String()
+	b.WriteString(key)
+	all := b.String()
+	return all[:n], all[n:]
 }
 
 // run sends reqs to the script in mode "t" (Take) or "a" (Adjust) and fills
@@ -452,66 +465,105 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 // key and the limit's params string, both boxed once for the command's
 // arguments. Both are functions of the caller key and the limit's ID (ID
 // names every parameter a limit decides by, which is why two limits with
-// one ID may share a Redis key).
+// one ID may share a Redis key). h is the pair's cache hash, which lets a
+// lookup pass over the other entries of its set without comparing strings.
 type keyEntry struct {
 	key, id string
+	h       uint64
 	rkey    any // string: prefix{tag}:id
 	params  any // string: see limitParams
 }
 
+// setWays is the number of slots of a key cache set.
+const setWays = 4
+
 // entry returns the keyEntry of (key, l), from the cache when it holds it,
 // or nil if the script does not implement l's algorithm. The cache is a
-// two-way set-associative table of atomic pointers (see WithKeyCache):
-// lock-free, a hit costs two string hashes and up to two compares, and a
-// miss (an HMAC and two allocations) puts its entry in the set's first
-// slot and the one it held in the second. Racing misses on one set may
-// lose or duplicate an entry, which costs only a later miss: entries are
-// immutable and every hit checks its key and ID.
+// four-way set-associative table of atomic pointers (see WithKeyCache):
+// lock-free, a hit costs one string hash and the loads of up to four
+// slots, and a miss (an HMAC and two allocations) puts its entry in the
+// set's first slot, each entry there moving one slot down. Racing misses
+// on one set may lose or duplicate an entry, which costs only a later
+// miss: entries are immutable and every hit checks its key and ID.
 func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	id := l.ID()
-	var set []atomic.Pointer[keyEntry] // the pair's set: one slot, or two
+	var set []atomic.Pointer[keyEntry] // the pair's set
 	var params any
+	var h uint64
 	if s.cache != nil {
-		hid := maphash.String(s.seed, id)
-		h := maphash.String(s.seed, key) ^ hid*0x9E3779B97F4A7C15
-		i := h & uint64(len(s.cache)-1) &^ 1
-		set = s.cache[i:min(i+2, uint64(len(s.cache)))]
+		le := s.limit(l, id)
+		if le == nil {
+			return nil
+		}
+		params = le.params
+		h = maphash.String(s.seed, key) ^ le.h*0x9E3779B97F4A7C15
+		i := h & uint64(len(s.cache)-1) &^ (setWays - 1)
+		set = s.cache[i:min(i+setWays, uint64(len(s.cache)))]
 		for j := range set {
-			if e := set[j].Load(); e != nil && e.key == key && e.id == id {
+			if e := set[j].Load(); e != nil && e.h == h && e.key == key && e.id == id {
 				return e
 			}
 		}
-		// A miss: the limit's params are most likely known already.
-		pslot := &s.params[hid%uint64(len(s.params))]
-		if p := pslot.Load(); p != nil && p.id == id {
-			params = p.params
-		} else if p := limitParams(l); p != "" {
-			params = p
-			pslot.Store(&paramsEntry{id: id, params: params})
-		}
 	} else if p := limitParams(l); p != "" {
 		params = p
-	}
-	if params == nil {
+	} else {
 		return nil
 	}
 	var tag [tagLen]byte
 	s.hashTag(key, &tag)
-	e := &keyEntry{key: strings.Clone(key), id: id, rkey: s.redisKey(&tag, l), params: params}
+	rkey, ckey := s.redisKeyAnd(&tag, l, key)
+	e := &keyEntry{key: ckey, id: id, h: h, rkey: rkey, params: params}
 	if set != nil && len(key) <= maxCachedKey {
-		if len(set) == 2 {
-			set[1].Store(set[0].Load())
+		for j := len(set) - 1; j > 0; j-- {
+			set[j].Store(set[j-1].Load())
 		}
 		set[0].Store(e)
 	}
 	return e
 }
 
-// paramsEntry is a limit's params string (see limitParams), boxed once,
-// by the limit's ID, which names every parameter it is made of.
-type paramsEntry struct {
+// limitEntry is what the key cache needs of a limit, by its ID (which
+// names every parameter it is made of): the ID's hash and its params
+// string (see limitParams), boxed once.
+type limitEntry struct {
 	id     string
+	h      uint64
 	params any
+}
+
+// limit returns the limitEntry of l, whose ID is id (l.ID() copies the
+// Limit), or nil if the script does not implement l's algorithm. The first
+// table is direct-mapped by the address of the ID's bytes, not by its
+// hash: a caller's Limits keep their ID strings, so a lookup is one load
+// and a compare that Go answers from the pointers when they are equal,
+// where hashing the ID would read all of it on every call. An ID in
+// another string (a Limit built again for each call) is then found by its
+// hash in the second table, so it costs what it did before the first
+// table, not a new entry every call. Every entry is checked by its ID, so
+// a collision costs only a recomputation.
+func (s *Store) limit(l *ratelimit.Limit, id string) *limitEntry {
+	slot := &s.limits[0]
+	if len(id) > 0 {
+		a := uint64(uintptr(unsafe.Pointer(unsafe.StringData(id))))
+		slot = &s.limits[(a*0x9E3779B97F4A7C15)>>(64-6)]
+	}
+	if e := slot.Load(); e != nil && e.id == id {
+		return e
+	}
+	h := maphash.String(s.seed, id)
+	hslot := &s.limitsH[h>>(64-6)]
+	if e := hslot.Load(); e != nil && e.id == id {
+		slot.Store(e)
+		return e
+	}
+	p := limitParams(l)
+	if p == "" {
+		return nil
+	}
+	e := &limitEntry{id: id, h: h, params: p}
+	slot.Store(e)
+	hslot.Store(e)
+	return e
 }
 
 // maxCachedKey is the longest caller key the key cache keeps: longer keys
