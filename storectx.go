@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ type deadlineCtx struct {
 	// answer comes from it from then on.
 	timed    atomic.Pointer[timedCtx]
 	canceled atomic.Bool // the call ended (cancel)
+	detached atomic.Bool // the call ended before the parent (stored before canceled)
 	mu       sync.Mutex  // held while timed is started, so that it starts once
 }
 
@@ -73,7 +76,16 @@ func (c *deadlineCtx) Err() error {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Err()
 	}
+	if c.canceled.Load() && c.detached.Load() {
+		return c.materialize().Err()
+	}
 	if err := c.parent.Err(); err != nil {
+		// A Done on another goroutine may have started (and ended) the
+		// timed context meanwhile: its answer stands, so that Err never
+		// changes once non-nil.
+		if t := c.timed.Load(); t != nil {
+			return t.ctx.Err()
+		}
 		return err
 	}
 	if c.canceled.Load() || time.Until(c.deadline) <= 0 {
@@ -97,7 +109,14 @@ func (c *deadlineCtx) Value(key any) any {
 
 // String describes the context as context.WithDeadline's does.
 func (c *deadlineCtx) String() string {
-	return "ratelimit.storeContext(" + c.deadline.String() + " [" + time.Until(c.deadline).String() + "])"
+	name := reflect.TypeOf(c.parent).String()
+	if s, ok := c.parent.(fmt.Stringer); ok {
+		name = s.String()
+	}
+	if pd, ok := c.parent.Deadline(); ok && pd.Before(c.deadline) {
+		return name + ".WithCancel"
+	}
+	return name + ".WithDeadline(" + c.deadline.String() + " [" + time.Until(c.deadline).String() + "])"
 }
 
 // materialize returns the timed context, starting it on the first call:
@@ -113,7 +132,11 @@ func (c *deadlineCtx) materialize() context.Context {
 	if t == nil {
 		t = new(timedCtx)
 		if c.canceled.Load() {
-			t.ctx, t.cancel = context.WithCancel(c.parent)
+			p := c.parent
+			if c.detached.Load() {
+				p = context.WithoutCancel(p)
+			}
+			t.ctx, t.cancel = context.WithCancel(p)
 		} else {
 			t.ctx, t.cancel = context.WithDeadline(c.parent, c.deadline)
 		}
@@ -129,8 +152,14 @@ func (c *deadlineCtx) materialize() context.Context {
 }
 
 // cancel ends the call: its context reports context.Canceled from now on
-// (unless it had ended already), and a started timer is released.
+// (unless it had ended already), and a started timer is released. A call
+// ended while its parent runs is detached from the parent, as a
+// context.WithDeadline's cancel detaches it: the parent's later end (its
+// error, its cause, its deadline) no longer shows.
 func (c *deadlineCtx) cancel() {
+	if c.timed.Load() == nil && c.parent.Err() == nil {
+		c.detached.Store(true)
+	}
 	c.canceled.Store(true)
 	if t := c.timed.Load(); t != nil {
 		t.cancel()

@@ -7,15 +7,13 @@ package ratelimit
 // No sleeps: a deadline is waited for on a real timer bounded by it, and
 // every other wait is on a channel, bounded by waitClosed's 5 s.
 //
-// Tests named ...Bug expose a defect found by the review (see
-// /work/notes/progress-review-ctx.md); they are skipped unless
-// RAMPMETER_REVIEW_BUGS=1, so that the branch stays green.
+// Tests named ...Bug exposed a defect found by the review; each failed
+// before the fix beside it in storectx.go.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -24,13 +22,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-func skipUnlessBugs(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("RAMPMETER_REVIEW_BUGS") != "1" {
-		t.Skip("bug: " + bug + " (see /work/notes/progress-review-ctx.md; RAMPMETER_REVIEW_BUGS=1 runs it)")
-	}
-}
 
 // waitClosed waits for ch to close, failing t after 5 s (a bound, not a
 // sleep: a correct context closes it at once or at its deadline).
@@ -309,7 +300,6 @@ func TestReviewDeadlineCtxDifferences(t *testing.T) {
 // materialize, once canceled, builds WithCancel(parent), which inherits
 // an ended parent's error.
 func TestReviewDeadlineCtxParentEndsAfterTheCallBug(t *testing.T) {
-	skipUnlessBugs(t, "a deadlineCtx ended by cancel follows its parent's later end (parent's error and cause instead of Canceled)")
 	runScenarios(t, []scenario{
 		{"ended, parent canceled with a cause, then asked", hour, 0, func(t *testing.T, tw *twin) {
 			tw.end()
@@ -360,7 +350,6 @@ func (g *gatedCtx) Err() error {
 // context.WithDeadline does (its error is set once). Err's parent branch
 // answers from the parent without going through materialize.
 func TestReviewDeadlineCtxErrChangesBug(t *testing.T) {
-	skipUnlessBugs(t, "Err's parent branch can report the parent's error after the started context reported another")
 	inner, cancelInner := context.WithCancelCause(context.Background())
 	defer cancelInner(nil)
 	parent := &gatedCtx{Context: inner, reached: make(chan struct{}), release: make(chan struct{})}
@@ -389,7 +378,6 @@ func TestReviewDeadlineCtxErrChangesBug(t *testing.T) {
 // "])"; a child's String (context.WithValue(ctx, ...).String()) embeds
 // it. deadlineCtx's drops the parent and says "ratelimit.storeContext(".
 func TestReviewDeadlineCtxStringBug(t *testing.T) {
-	skipUnlessBugs(t, "deadlineCtx.String does not describe the context as WithDeadline's String does")
 	parent := context.WithValue(context.Background(), reviewKey("k"), "v")
 	deadline := time.Now().Add(hour)
 	got := &deadlineCtx{parent: parent, deadline: deadline}
@@ -726,7 +714,6 @@ func TestReviewLimiterLingeringGoroutine(t *testing.T) {
 // store's goroutine looks: with context.WithTimeout the goroutine reads
 // Canceled (the call's end); here it reads the caller's cause.
 func TestReviewLimiterLingeringGoroutineParentEndsBug(t *testing.T) {
-	skipUnlessBugs(t, "a deadlineCtx ended by cancel follows its parent's later end (parent's error and cause instead of Canceled)")
 	look := make(chan struct{})
 	seen := make(chan error, 1)
 	store := &reviewFnStore{f: func(ctx context.Context) error {
