@@ -89,7 +89,14 @@ func (tw *twin) deadlinePasses(t *testing.T) {
 }
 
 // parentDeadlinePasses waits for the parent's own deadline.
-func (tw *twin) parentDeadlinePasses(t *testing.T) { waitClosed(t, tw.parent.Done(), "parent") }
+func (tw *twin) parentDeadlinePasses(t *testing.T) {
+	waitClosed(t, tw.parent.Done(), "parent")
+	// The parent closes its Done before it cancels its children: wait for
+	// want to have ended too, unless it ended before (then end raced the
+	// parent's cancellation of want, and want's answer would depend on
+	// which came first).
+	waitClosed(t, tw.want.Done(), "want after its parent")
+}
 
 // derive makes children of both: WithCancel, WithValue, WithTimeout (an
 // hour), WithoutCancel (values only) and an AfterFunc.
