@@ -67,11 +67,13 @@ func (c *deadlineCtx) Done() <-chan struct{} { return c.materialize().Done() }
 // call ended (cancel); then the parent's error if the parent has ended,
 // else context.DeadlineExceeded if the deadline passed before the call
 // ended, else context.Canceled. Without a started timer it asks the
-// parent and the monotonic clock. One difference, after the call: a
-// deadline that passed unobserved (no Done, Err or Value until cancel)
-// reads as context.Canceled, since cancel reads no clock; the Limiter
-// classifies a failed call (storeError) before it cancels, and a
-// successful call's context is not looked at again.
+// parent and the monotonic clock. Two differences, both about a call's
+// deadline that passed unobserved (no Done and no Err until then), since
+// no timer marked the moment: if the call then ends (cancel), Err reads
+// context.Canceled, as cancel reads no clock; if the parent then ends
+// first, Err reads the parent's error (and Cause its cause). The Limiter
+// classifies a failed call (storeError) before it cancels, and looks at
+// a successful call's context no more.
 func (c *deadlineCtx) Err() error {
 	if t := c.timed.Load(); t != nil {
 		return t.ctx.Err()
