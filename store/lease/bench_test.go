@@ -225,3 +225,29 @@ func BenchmarkRedisHotKey(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLimiterTake measures Limiter.Take, one limit on one hot key,
+// over the memory store and over a lease.Store on it: the lease store is
+// not NonBlocking, so each call gets the store timeout's context, whose
+// timer starts only if the store waits (ratelimit's deadlineCtx); a Take
+// served from the lease starts none.
+func BenchmarkLimiterTake(b *testing.B) {
+	for _, name := range []string{"memory", "lease"} {
+		b.Run(name, func(b *testing.B) {
+			s, _, mem := benchStore(b, name)
+			all := stacks(1, 1)
+			warm(b, mem, s, all)
+			lim, err := ratelimit.New(s, ratelimit.WithLimits(*all[0][0].Limit))
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if res, err := lim.Take(ctx, all[0][0].Key); err != nil || !res.Allowed {
+					b.Fatal(res.Allowed, err)
+				}
+			}
+		})
+	}
+}
