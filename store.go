@@ -263,10 +263,10 @@ type SingleAdjuster interface {
 // context as is, without the store timeout (WithStoreTimeout). Any other
 // store's calls get a child context with the store timeout (one small
 // allocation per call), whose timer starts only if the store asks for
-// Done. A store that checks ctx.Err
-// on entry still sees the caller's cancellation. store/memory implements
-// it; a wrapper store should forward the answer of the store it wraps
-// (false when it adds a wait of its own).
+// Done. A store that checks ctx.Err on entry still sees the caller's
+// cancellation. store/memory implements it; a wrapper store should
+// forward the answer of the store it wraps (false when it adds a wait of
+// its own).
 type NonBlocking interface {
 	NonBlocking() bool
 }

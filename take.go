@@ -145,7 +145,7 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 	}
 	out.Limit, out.Allowed, out.Remaining, out.Reset = limit, allowed, remaining, reset
 	out.RetryAfter, out.Delay, out.At = retryAfter, delay, at
-	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+	if l.quiet(err, cancel) {
 		return nil // what called would do, without its call
 	}
 	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
@@ -162,10 +162,17 @@ func (l *Limiter) callAdjustOne(ctx context.Context, r Request) error {
 		start = l.now()
 	}
 	_, _, _, _, _, _, err := l.adjustOne.AdjustOne(tctx, r)
-	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+	if l.quiet(err, cancel) {
 		return nil // what called would do, without its call
 	}
 	return l.called(ctx, tctx, cancel, OpAdjust, 1, start, err)
+}
+
+// quiet reports whether called would do nothing for a call that returned
+// err with cancel (from storeContext): no error, no context to end, no
+// OnStoreCall hook and no open store-failure alert to close.
+func (l *Limiter) quiet(err error, cancel *deadlineCtx) bool {
+	return err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load())
 }
 
 // storeContext returns the context of a store call made with ctx, and
@@ -436,7 +443,7 @@ func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs
 	a, b := &ds[0], &ds[1]
 	a.Limit, a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At = la, allowedA, remainingA, resetA, retryAfterA, delayA, atA
 	b.Limit, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At = lb, allowedB, remainingB, resetB, retryAfterB, delayB, atB
-	if err == nil && cancel == nil && l.hooks.OnStoreCall == nil && (l.alert == nil || !l.alert.open.Load()) {
+	if l.quiet(err, cancel) {
 		return nil // what called would do, without its call
 	}
 	return l.called(ctx, tctx, cancel, OpTake, 2, start, err)
