@@ -140,3 +140,25 @@ func newRequest(m decider.MiddlewareSpec, remoteAddr string) *http.Request {
 	r.RemoteAddr = remoteAddr
 	return r
 }
+
+// TestReferencesAnswer checks that every physical Redis reference (PING,
+// INCR and the EVALSHA scripts, which admit everything) runs on the test
+// redis-server: each call answers allowed, without error, for two keys and
+// again for a key it wrote (the state-floor scripts GET and SET it).
+func TestReferencesAnswer(t *testing.T) {
+	ctx := context.Background()
+	for _, s := range decider.Specs(decider.RedisRef) {
+		t.Run(s.Name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: redistest.Addr(t)})
+			t.Cleanup(func() { _ = client.Close() })
+			cfg := decider.Config{Limit: smokeLimit, Period: smokePeriod, Redis: client, KeyPrefix: redistest.Prefix(t) + s.Name + ":"}
+			d := mustNew(t, s, cfg)
+			defer decider.Close(d)
+			for _, key := range []string{"a", "b", "a"} {
+				if ok, err := d.Allow(ctx, key); err != nil || !ok {
+					t.Fatalf("Allow(%q) = %v, %v; want true, nil", key, ok, err)
+				}
+			}
+		})
+	}
+}
