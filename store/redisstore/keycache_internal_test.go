@@ -82,7 +82,7 @@ func TestKeyCacheFourWay(t *testing.T) {
 		base := e.h & 7 &^ 3
 		found := false
 		for j := base; j < base+4; j++ {
-			found = found || s8.cache[j].Load() == e
+			found = found || s8.cache[j].e.Load() == e
 		}
 		require.True(t, found, "entry %d not in its set at %d", i, base)
 	}

@@ -236,7 +236,7 @@ type Store struct {
 	calSkew atomic.Int64
 
 	marginArg any                            // marginMs, boxed once
-	cache     []atomic.Pointer[keyEntry]     // WithKeyCache slots (a power of two), nil when off
+	cache     []cacheSlot                    // WithKeyCache slots (a power of two), nil when off
 	limits    [64]atomic.Pointer[limitEntry] // with the key cache: hash and params by limit ID's address
 	limitsH   [64]atomic.Pointer[limitEntry] // the same by the ID's hash
 	seed      maphash.Seed                   // of the cache's hashes
@@ -296,7 +296,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 		s.batch = &batcher{s: s}
 	}
 	if c.keyCache > 0 {
-		s.cache = make([]atomic.Pointer[keyEntry], c.keyCache)
+		s.cache = make([]cacheSlot, c.keyCache)
 		s.seed = maphash.MakeSeed()
 	}
 	secret := c.secret
@@ -477,17 +477,29 @@ type keyEntry struct {
 // setWays is the number of slots of a key cache set.
 const setWays = 4
 
+// cacheSlot is a slot of the key cache: its entry and that entry's hash
+// (keyEntry.h). The hashes of a set's four slots share its 64-byte line, so
+// a lookup passes over the slots whose hash differs without loading their
+// entries: a miss loads no entry, a hit only its own. The two words are
+// stored one after the other, not together: a lookup may see a slot's hash
+// with another entry, which the hit's check of the entry's own hash, key
+// and ID rejects, and which costs only a miss.
+type cacheSlot struct {
+	h atomic.Uint64
+	e atomic.Pointer[keyEntry]
+}
+
 // entry returns the keyEntry of (key, l), from the cache when it holds it,
 // or nil if the script does not implement l's algorithm. The cache is a
-// four-way set-associative table of atomic pointers (see WithKeyCache):
-// lock-free, a hit costs one string hash and the loads of up to four
-// slots, and a miss (an HMAC and two allocations) puts its entry in the
+// four-way set-associative table of atomic pointers and their hashes (see
+// WithKeyCache, cacheSlot): lock-free, a hit costs one string hash, the
+// loads of up to four slot hashes on one line and of its entry, and a miss (an HMAC and two allocations) puts its entry in the
 // set's first slot, each entry there moving one slot down. Racing misses
 // on one set may lose or duplicate an entry, which costs only a later
 // miss: entries are immutable and every hit checks its key and ID.
 func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	id := l.ID()
-	var set []atomic.Pointer[keyEntry] // the pair's set
+	var set []cacheSlot // the pair's set
 	var params any
 	var h uint64
 	if s.cache != nil {
@@ -500,7 +512,10 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 		i := h & uint64(len(s.cache)-1) &^ (setWays - 1)
 		set = s.cache[i:min(i+setWays, uint64(len(s.cache)))]
 		for j := range set {
-			if e := set[j].Load(); e != nil && e.h == h && e.key == key && e.id == id {
+			if set[j].h.Load() != h {
+				continue
+			}
+			if e := set[j].e.Load(); e != nil && e.h == h && e.key == key && e.id == id {
 				return e
 			}
 		}
@@ -515,9 +530,11 @@ func (s *Store) entry(key string, l *ratelimit.Limit) *keyEntry {
 	e := &keyEntry{key: ckey, id: id, h: h, rkey: rkey, params: params}
 	if set != nil && len(key) <= maxCachedKey {
 		for j := len(set) - 1; j > 0; j-- {
-			set[j].Store(set[j-1].Load())
+			set[j].e.Store(set[j-1].e.Load())
+			set[j].h.Store(set[j-1].h.Load())
 		}
-		set[0].Store(e)
+		set[0].e.Store(e)
+		set[0].h.Store(h)
 	}
 	return e
 }
@@ -701,12 +718,19 @@ func (onceCmd) NoRetry() bool { return true }
 // verb returns the first two words of a call's command: fcall and the
 // function's name, or evalsha and the script's SHA-1 once the server has
 // shown that it cannot run Functions.
-func (s *Store) verb() (string, string) {
+func (s *Store) verb() (verb, name any) {
 	if s.noFunctions.Load() {
-		return "evalsha", scriptHash
+		return evalshaVerb, scriptHashArg
 	}
-	return "fcall", funcName
+	return fcallVerb, funcNameArg
 }
+
+// The command's first two arguments, boxed once: a string converted to an
+// interface for each call would cost an allocation each.
+var (
+	fcallVerb, evalshaVerb     any = "fcall", "evalsha"
+	funcNameArg, scriptHashArg any = funcName, scriptHash
+)
 
 // evalOne runs the script once. args is the whole command, as command
 // builds it: FCALL of the store's function, or EVALSHA. A call that did
@@ -756,7 +780,7 @@ func (s *Store) evalOne(ctx context.Context, args []any) (string, error) {
 		if missing || refused {
 			args = slices.Clone(args) // the first command's, which a hook may still hold
 			if refused {
-				args[0], args[1] = "evalsha", scriptHash
+				args[0], args[1] = evalshaVerb, scriptHashArg
 			}
 			cmd = run(args)
 			err = cmd.Err()
