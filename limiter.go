@@ -20,6 +20,9 @@ type Limiter struct {
 	pair  PairTaker   // store, when it is one: the two-limit path
 	// adjustOne: store, when it is one: the settlement of one limit.
 	adjustOne SingleAdjuster
+	// local: store, when it is one: the Takes it decides at once, tried
+	// before the store call's context is built.
+	local LocalTaker
 	// nonBlocking: the store cannot block (NonBlocking), so its calls get
 	// no store timeout.
 	nonBlocking bool
@@ -142,6 +145,7 @@ func New(store Store, opts ...Option) (*Limiter, error) {
 	l.one, _ = store.(SingleTaker)
 	l.pair, _ = store.(PairTaker)
 	l.adjustOne, _ = store.(SingleAdjuster)
+	l.local, _ = store.(LocalTaker)
 	if nb, ok := store.(NonBlocking); ok {
 		l.nonBlocking = nb.NonBlocking()
 	}

@@ -270,3 +270,51 @@ type SingleAdjuster interface {
 type NonBlocking interface {
 	NonBlocking() bool
 }
+
+// LocalTaker is an optional interface of a Store that decides some calls
+// in memory and makes others wait (for a backing store over the network,
+// or for another call), such as store/lease, which decides a hot key's
+// calls from its lease and refills the lease from Redis.
+//
+// TryTake decides reqs exactly as Take(ctx, reqs, out) would have decided
+// them at that moment (the same decisions written to out[i] for reqs[i],
+// the same charges, the same effect on the store's state and statistics),
+// when it can do so without waiting for anything but a short in-process
+// lock and without calling another store, and then returns true: the
+// call is done, as a Take that returned nil. Otherwise it returns false
+// and has done nothing: nothing charged, nothing counted (not even as
+// demand), nothing written to out; the caller then makes the call with
+// Take, once. It returns false for every call that Take would answer with
+// an error (a malformed call, whose ErrInvalidRequest Take reports) and
+// for every call it cannot decide at once. It reads no context: a caller
+// whose context has ended calls Take, which reports it. It keeps neither
+// slice and allocates nothing.
+//
+// TryTakeOne is TryTake of the one request r, taking and returning values
+// as SingleTaker's TakeOne does: the fields of the Decision one by one, in
+// Decision's order and units (remaining in the limit's units, reset,
+// retryAfter and delay as durations, at in µs since the Unix epoch), all
+// but Limit, which is r.Limit; all zero when decided is false.
+//
+// The Limiter tries them for every Take it makes (TryTakeOne when the
+// store is also a SingleTaker and the Take is of one limit, TryTake
+// otherwise), before it builds the call's context with the store timeout
+// (see NonBlocking), as long as the caller's context has not ended. A call
+// they decide costs no context and no allocation, and is reported as a
+// successful store call (Hooks.OnStoreCall, Op "take"); a call they do not
+// decide goes on as if they had not been tried: the context, then Take
+// (or TakeOne). Adjust is never tried. A NonBlocking store gains nothing
+// from them. store/lease implements LocalTaker.
+//
+// A wrapper store should implement it only when its own methods do all
+// that its Take does around the wrapped store's: store/resilient (whose
+// circuit breaker and fallback choose the store that decides) and
+// metrics/prometheus's InstrumentStore (which measures every Take) do not
+// implement it, so a Limiter over them calls Take with the store timeout
+// even when the store they wrap could decide at once. (A struct that
+// embeds a LocalTaker's concrete type gets its methods, which bypass the
+// wrapper's Take: such a wrapper must define its own.)
+type LocalTaker interface {
+	TryTake(reqs []Request, out []Decision) (decided bool)
+	TryTakeOne(r Request) (decided, allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64)
+}

@@ -112,6 +112,9 @@ func (l *Limiter) retakeAdmitting(ctx context.Context, reqs []Request, out []Dec
 // Hooks.OnStoreCall. Every store call of the Limiter goes through here or
 // through callOne.
 func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []Decision) error {
+	if op == OpTake && l.local != nil && l.tryTake(ctx, reqs, out) {
+		return nil
+	}
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
@@ -129,16 +132,20 @@ func (l *Limiter) call(ctx context.Context, op StoreOp, reqs []Request, out []De
 // callOne is call for a Take of the one request r, through the store's
 // SingleTaker (l.one, non-nil), writing the decision to *out: no slice
 // crosses the interface, and the Decision's fields come back in registers
-// (see SingleTaker).
+// (see SingleTaker). A LocalTaker store is asked first (tryOne).
 func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
+	if l.local != nil && l.tryOne(ctx, r, out) {
+		return nil
+	}
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
 		start = l.now()
 	}
 	allowed, remaining, reset, retryAfter, delay, at, err := l.one.TakeOne(tctx, r)
-	// Field by field: a field added to Decision must be added here and
-	// to SingleTaker (TestTakeOneDecisionCopiedWhole).
+	// Field by field: a field added to Decision must be added here, in
+	// tryOne and to SingleTaker and LocalTaker
+	// (TestTakeOneDecisionCopiedWhole).
 	limit := r.Limit
 	if err != nil {
 		limit = nil // a failed call decides nothing
@@ -149,6 +156,50 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 		return nil // what called would do, without its call
 	}
 	return l.called(ctx, tctx, cancel, OpTake, 1, start, err)
+}
+
+// tryTake is call for a Take of reqs by the store's LocalTaker (l.local,
+// non-nil) when it decides them at once: it reports whether it did, the
+// decisions written to out and the call ended as called ends a successful
+// one. It tries only while ctx has not ended: a call on an ended context
+// goes to the store's Take, which reports it.
+func (l *Limiter) tryTake(ctx context.Context, reqs []Request, out []Decision) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var start time.Time
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	if !l.local.TryTake(reqs, out) {
+		return false
+	}
+	if !l.quiet(nil, nil) {
+		_ = l.called(ctx, ctx, nil, OpTake, len(reqs), start, nil) // nil: no error to classify
+	}
+	return true
+}
+
+// tryOne is tryTake for the one request r, through TryTakeOne, writing
+// the decision to *out (see callOne).
+func (l *Limiter) tryOne(ctx context.Context, r Request, out *Decision) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var start time.Time
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	decided, allowed, remaining, reset, retryAfter, delay, at := l.local.TryTakeOne(r)
+	if !decided {
+		return false
+	}
+	out.Limit, out.Allowed, out.Remaining, out.Reset = r.Limit, allowed, remaining, reset
+	out.RetryAfter, out.Delay, out.At = retryAfter, delay, at
+	if !l.quiet(nil, nil) {
+		_ = l.called(ctx, ctx, nil, OpTake, 1, start, nil) // nil: no error to classify
+	}
+	return true
 }
 
 // callAdjustOne is call for an Adjust of the one request r through the

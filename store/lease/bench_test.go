@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -227,17 +228,27 @@ func BenchmarkRedisHotKey(b *testing.B) {
 }
 
 // BenchmarkLimiterTake measures Limiter.Take, one limit on one hot key,
-// over the memory store and over a lease.Store on it: the lease store is
-// not NonBlocking, so each call gets the store timeout's context, whose
-// timer starts only if the store waits (ratelimit's deadlineCtx); a Take
-// served from the lease starts none.
+// over the memory store and over a lease.Store on it, and the same with
+// two stacked limits (stack2-): every timed Take is served from the lease.
+// The lease store is not NonBlocking; it is a ratelimit.LocalTaker, so
+// the Limiter asks it to decide at once (TryTakeOne for one limit, as a
+// SingleTaker; TryTake for the stack) before it would build the store
+// timeout's context, and a Take served from the lease costs no context,
+// no clock reading of the Limiter's and no allocation.
 func BenchmarkLimiterTake(b *testing.B) {
-	for _, name := range []string{"memory", "lease"} {
-		b.Run(name, func(b *testing.B) {
-			s, _, mem := benchStore(b, name)
-			all := stacks(1, 1)
+	for _, c := range []struct {
+		name   string
+		limits int
+	}{{"memory", 1}, {"lease", 1}, {"stack2-memory", 2}, {"stack2-lease", 2}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, _, mem := benchStore(b, strings.TrimPrefix(c.name, "stack2-"))
+			all := stacks(1, c.limits)
 			warm(b, mem, s, all)
-			lim, err := ratelimit.New(s, ratelimit.WithLimits(*all[0][0].Limit))
+			var limits []ratelimit.Limit
+			for _, r := range all[0] {
+				limits = append(limits, *r.Limit)
+			}
+			lim, err := ratelimit.New(s, ratelimit.WithLimits(limits...))
 			if err != nil {
 				b.Fatal(err)
 			}

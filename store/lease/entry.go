@@ -88,26 +88,34 @@ type block struct {
 // entry returns the entry of r, whose caller key hashes to h, creating it,
 // or nil when the table is full. Its shard must be locked.
 func (s *Store) entry(h uint64, r *ratelimit.Request, now int64) *entry {
-	sh := &s.shards[shardOf(h)]
-	id := r.Limit.ID()
-	head := sh.m[h]
-	for e := head; e != nil; e = e.next {
-		if e.id == id && e.key == r.Key {
-			return e
-		}
+	if e := s.lookup(h, r); e != nil {
+		return e
 	}
 	if s.keys.Load() >= s.maxKeys {
 		return nil
 	}
 	s.keys.Add(1)
+	sh := &s.shards[shardOf(h)]
 	l := *r.Limit
-	e := &entry{key: r.Key, id: id, next: head, limit: &l, slot: now / s.life,
+	e := &entry{key: r.Key, id: l.ID(), next: sh.m[h], limit: &l, slot: now / s.life,
 		algo: l.Algorithm(), leasable: leasable(l.Algorithm()), firstHit: l.AlignsToFirstHit(),
 		burst: l.Burst(), period: l.Period().Microseconds()}
 	e.scale, e.drain, _ = l.Params()
 	e.cap = mulDiv(e.burst, s.sharePPM, 1_000_000)
 	sh.m[h] = e
 	return e
+}
+
+// lookup returns the entry of r, whose caller key hashes to h, or nil
+// when there is none. Its shard must be locked.
+func (s *Store) lookup(h uint64, r *ratelimit.Request) *entry {
+	id := r.LimitID()
+	for e := s.shards[shardOf(h)].m[h]; e != nil; e = e.next {
+		if e.id == id && e.key == r.Key {
+			return e
+		}
+	}
+	return nil
 }
 
 // observe counts a request of cost units at now.

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,9 @@ type fleet struct {
 	mem     *memory.Store
 	backing *counting
 	stores  []*lease.Store
+	// limiters, when not nil, are the Limiters take goes through, by
+	// instance and stack (viaLimiter).
+	limiters map[string]*ratelimit.Limiter
 }
 
 func newFleet(t *testing.T, n int, opts ...lease.Option) *fleet {
@@ -159,11 +163,57 @@ func newFleet(t *testing.T, n int, opts ...lease.Option) *fleet {
 // at sets the clock to t0+d.
 func (f *fleet) at(d time.Duration) { f.clock.Set(t0.Add(d)) }
 
-// take calls instance i's Take and requires it to succeed.
+// take calls instance i's Take and requires it to succeed; or, once
+// viaLimiter was called, Limiter.Take of a Limiter over instance i with
+// the stack's limits.
 func (f *fleet) take(i int, reqs ...ratelimit.Request) []ratelimit.Decision {
 	f.t.Helper()
+	if f.limiters != nil {
+		return f.limiterTake(i, reqs)
+	}
 	out := make([]ratelimit.Decision, len(reqs))
 	require.NoError(f.t, f.stores[i].Take(context.Background(), reqs, out))
+	return out
+}
+
+// viaLimiter makes take go through a ratelimit.Limiter, one per instance
+// and stack of limits, which tries each Take with the lease store's
+// LocalTaker methods (TryTakeOne for one limit, the lease store being a
+// SingleTaker; TryTake for a stack) before it calls TakeOne or Take with
+// the store timeout: the decisions must be the same (Decision.Limit is
+// the request's, not the Limiter's copy), and so must everything the
+// test asserts about the stores.
+func (f *fleet) viaLimiter() { f.limiters = map[string]*ratelimit.Limiter{} }
+
+// limiterTake is take through a Limiter: the stack's requests must share
+// one key (a Limiter charges one key per call).
+func (f *fleet) limiterTake(i int, reqs []ratelimit.Request) []ratelimit.Decision {
+	f.t.Helper()
+	name := fmt.Sprint(i)
+	var limits []ratelimit.Limit
+	var costs []int64
+	for _, r := range reqs {
+		require.Equal(f.t, reqs[0].Key, r.Key, "a Limiter charges one key per call")
+		name += "|" + r.Limit.ID()
+		limits = append(limits, *r.Limit)
+		costs = append(costs, r.Cost)
+	}
+	lim := f.limiters[name]
+	if lim == nil {
+		var err error
+		lim, err = ratelimit.New(f.stores[i], ratelimit.WithLimits(limits...), ratelimit.WithoutStoreAlert())
+		require.NoError(f.t, err)
+		f.limiters[name] = lim
+	}
+	res, err := lim.Take(context.Background(), reqs[0].Key, costs...)
+	require.NoError(f.t, err)
+	require.Len(f.t, res.Decisions, len(reqs))
+	out := make([]ratelimit.Decision, len(reqs))
+	for j, d := range res.Decisions {
+		require.Equal(f.t, reqs[j].Limit.ID(), d.Limit.ID())
+		d.Limit = reqs[j].Limit
+		out[j] = d
+	}
 	return out
 }
 

@@ -61,7 +61,11 @@ type Store struct {
 	leased, returned, lost, dropped, drained              atomic.Uint64
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var (
+	_ ratelimit.Store       = (*Store)(nil)
+	_ ratelimit.LocalTaker  = (*Store)(nil)
+	_ ratelimit.SingleTaker = (*Store)(nil)
+)
 
 type shardData struct {
 	mu sync.Mutex
@@ -169,6 +173,119 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 		return s.pass(ctx, reqs, out)
 	}
 	return s.take(ctx, reqs, out)
+}
+
+// TryTake implements ratelimit.LocalTaker: it decides reqs as Take would,
+// and returns true, when Take would decide them locally at once: every
+// limit of the stack is one the Store decorates (see the package
+// documentation), already tracked here, and either covered by its live
+// lease (admitted, the units handed out from the leases) or refused by a
+// remembered refusal (see Decisions), with no refill of any of them in
+// flight. It then counts the call's demand and the local decision
+// (Stats.Local) as Take does. Otherwise (a malformed call, a cold or
+// untracked pair, a lease that does not cover the cost or has ended, a
+// refill in flight, a call the Store passes through, a closed Store) it
+// returns false having changed nothing, and the caller calls Take. It
+// never calls the backing store and waits only for its shards' locks;
+// it allocates nothing.
+func (s *Store) TryTake(reqs []ratelimit.Request, out []ratelimit.Decision) bool {
+	if !s.decorates(reqs) || ratelimit.CheckRequests(reqs, out, true) != nil {
+		return false
+	}
+	n := len(reqs)
+	var (
+		entA        [stackN]*entry
+		hashA       [stackN]uint64
+		idxA, lockA [stackN]uint32
+		hashes      = hashA[:n]
+		ents        = entA[:n]
+	)
+	for i := range reqs {
+		hashes[i] = s.hash(reqs[i].Key)
+		idxA[i] = shardOf(hashes[i])
+	}
+	locked := sortedUnique(lockA[:0], idxA[:n])
+	s.lock(locked)
+	for i := range reqs {
+		e := s.lookup(hashes[i], &reqs[i])
+		if e == nil { // never asked for, or forgotten: cold
+			s.unlock(locked)
+			return false
+		}
+		ents[i] = e
+	}
+	now := s.now()
+	decided := decorated(reqs, ents) && busyOf(ents) == nil &&
+		(serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life))
+	if decided {
+		// The demand is counted as take counts it (before deciding:
+		// neither serveLocal nor refuseCached reads it).
+		for i, e := range ents {
+			e.observe(now, reqs[i].Cost, s.life)
+		}
+		s.shards[locked[0]].local++
+	}
+	s.unlock(locked)
+	return decided
+}
+
+// TryTakeOne implements ratelimit.LocalTaker: TryTake of the one request
+// r, with the decision's fields returned one by one (see
+// ratelimit.SingleTaker), all zero when decided is false.
+func (s *Store) TryTakeOne(r ratelimit.Request) (decided, allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64) {
+	// TryTake's steps for a stack of one: one shard, one lock.
+	reqs := [1]ratelimit.Request{r}
+	var out [1]ratelimit.Decision
+	if !s.decorates(reqs[:]) || ratelimit.CheckRequests(reqs[:], out[:], true) != nil {
+		return
+	}
+	h := s.hash(r.Key)
+	sh := &s.shards[shardOf(h)]
+	sh.mu.Lock()
+	e := s.lookup(h, &reqs[0])
+	if e == nil {
+		sh.mu.Unlock()
+		return
+	}
+	ents := [1]*entry{e}
+	now := s.now()
+	if decorated(reqs[:], ents[:]) && e.busy == nil &&
+		(serveLocal(reqs[:], out[:], ents[:], now) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
+		e.observe(now, r.Cost, s.life)
+		sh.local++
+		decided = true
+	}
+	sh.mu.Unlock()
+	if !decided {
+		return
+	}
+	d := &out[0]
+	return true, d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At
+}
+
+// one is the slices of a TakeOne's Take, pooled: they reach the backing
+// store through an interface, so they would escape to the heap.
+type one struct {
+	reqs [1]ratelimit.Request
+	out  [1]ratelimit.Decision
+}
+
+var onePool = sync.Pool{New: func() any { return new(one) }}
+
+// TakeOne implements ratelimit.SingleTaker: Take of the one request r,
+// with the decision's fields returned one by one, in ratelimit.Decision's
+// order and units, all but Limit (all zero on an error).
+func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
+	o := onePool.Get().(*one)
+	o.reqs[0] = r
+	err = s.Take(ctx, o.reqs[:], o.out[:])
+	d := o.out[0]
+	*o = one{} // drop the pointers
+	onePool.Put(o)
+	if err != nil {
+		return false, 0, 0, 0, 0, 0, err
+	}
+	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
 }
 
 // Adjust implements ratelimit.Store: settlements go straight to the

@@ -15,58 +15,71 @@ import (
 // of the burst) and a lifetime of 100 ms, the clock frozen at t0.
 //
 // PerSecond(100): burst 100, one unit refills every 10 ms.
+//
+// It runs on the store and through a Limiter ("limiter", fleet.viaLimiter),
+// which asks TryTakeOne first: requests 1 to 10 and 21, which it cannot
+// decide, must then reach the backing store through TakeOne exactly once
+// each (the backing calls and units charged below), and their demand must
+// be counted once (request 10, not 5, makes the key hot).
 func TestHotKeyLeases(t *testing.T) {
-	f := newFleet(t, 1, lease.WithLifetime(100*time.Millisecond))
-	l := ptr(ratelimit.PerSecond(100))
-	// Requests 1 to 9: cold, one backing call each, the backing store's
-	// own decisions (Remaining 99..91; Reset is 10 ms per unit used).
-	for i := int64(1); i <= 9; i++ {
-		f.check(decision(l, true, 100-i, ms(10*i), 0), f.take1(0, "k", l, 1), "request %d", i)
-	}
-	require.Equal(t, 9, f.backing.calls())
-	// Request 10 makes the key hot (10 requests within the lifetime): one
-	// Take of 1 + 10 units, the lease being the demand of the last
-	// lifetime (10 units) + 1 capped by the share (0.1 × 100 = 10). The
-	// backing store has 91 − 11 = 80 left; with the 10 leased here the
-	// decision says 90, what one shared bucket would say after 10
-	// requests, and Reset 200 ms less the 100 ms the 10 leased units
-	// take to refill: also one shared bucket's.
-	f.check(decision(l, true, 90, ms(100), 0), f.take1(0, "k", l, 1), "request 10")
-	require.Equal(t, 10, f.backing.calls())
-	require.Equal(t, int64(20), f.backing.chargedTo("k", l))
-	// Requests 11 to 20 come from the lease: no backing call; Remaining
-	// counts down 89..80 and Reset up 110..200 ms, exactly.
-	for i := int64(11); i <= 20; i++ {
-		f.check(decision(l, true, 100-i, ms(10*i), 0), f.take1(0, "k", l, 1), "request %d", i)
-	}
-	require.Equal(t, 10, f.backing.calls())
-	// Request 21 finds the lease empty: one Take of 1 + 10 (demand 21
-	// units, capped at 10): backing 80 − 11 = 69, decision 69 + 10 = 79.
-	f.check(decision(l, true, 79, ms(210), 0), f.take1(0, "k", l, 1), "request 21")
-	require.Equal(t, 11, f.backing.calls())
-	require.Equal(t, int64(31), f.backing.chargedTo("k", l))
-	st := f.stores[0].Stats()
-	require.Equal(t, lease.Stats{Local: 10, Passed: 9, Refills: 2, BackingTakes: 2, Leased: 20, Held: 10, Keys: 1}, st)
+	for _, via := range []string{"store", "limiter"} {
+		t.Run(via, func(t *testing.T) {
+			f := newFleet(t, 1, lease.WithLifetime(100*time.Millisecond))
+			if via == "limiter" {
+				f.viaLimiter()
+			}
+			l := ptr(ratelimit.PerSecond(100))
+			// Requests 1 to 9: cold, one backing call each, the backing store's
+			// own decisions (Remaining 99..91; Reset is 10 ms per unit used).
+			for i := int64(1); i <= 9; i++ {
+				f.check(decision(l, true, 100-i, ms(10*i), 0), f.take1(0, "k", l, 1), "request %d", i)
+			}
+			require.Equal(t, 9, f.backing.calls())
+			// Request 10 makes the key hot (10 requests within the lifetime): one
+			// Take of 1 + 10 units, the lease being the demand of the last
+			// lifetime (10 units) + 1 capped by the share (0.1 × 100 = 10). The
+			// backing store has 91 − 11 = 80 left; with the 10 leased here the
+			// decision says 90, what one shared bucket would say after 10
+			// requests, and Reset 200 ms less the 100 ms the 10 leased units
+			// take to refill: also one shared bucket's.
+			f.check(decision(l, true, 90, ms(100), 0), f.take1(0, "k", l, 1), "request 10")
+			require.Equal(t, 10, f.backing.calls())
+			require.Equal(t, int64(20), f.backing.chargedTo("k", l))
+			// Requests 11 to 20 come from the lease: no backing call; Remaining
+			// counts down 89..80 and Reset up 110..200 ms, exactly.
+			for i := int64(11); i <= 20; i++ {
+				f.check(decision(l, true, 100-i, ms(10*i), 0), f.take1(0, "k", l, 1), "request %d", i)
+			}
+			require.Equal(t, 10, f.backing.calls())
+			// Request 21 finds the lease empty: one Take of 1 + 10 (demand 21
+			// units, capped at 10): backing 80 − 11 = 69, decision 69 + 10 = 79.
+			f.check(decision(l, true, 79, ms(210), 0), f.take1(0, "k", l, 1), "request 21")
+			require.Equal(t, 11, f.backing.calls())
+			require.Equal(t, int64(31), f.backing.chargedTo("k", l))
+			st := f.stores[0].Stats()
+			require.Equal(t, lease.Stats{Local: 10, Passed: 9, Refills: 2, BackingTakes: 2, Leased: 20, Held: 10, Keys: 1}, st)
 
-	// At t0+100ms the lease (sent at t0) has ended with 10 units. In the
-	// 100 ms they were held the backing bucket refilled 10 units (10 ms
-	// per unit): had nothing else been charged, the 10 drained out of it,
-	// and giving them back would credit capacity one shared bucket never
-	// had (see TestBucketBoundWithIdleLeases). So none is sent: Drained
-	// 10. The backing store: 31 charged − 10 refilled = 21 in use,
-	// Remaining 79 (one shared bucket would say 89 if this instance were
-	// alone; it cannot know that).
-	f.at(ms(100))
-	f.expire(0)
-	got := f.peek("k", l)
-	require.Equal(t, int64(79), got.Remaining)
-	require.Equal(t, ms(210), got.Reset)
-	require.Equal(t, int64(31), f.backing.chargedTo("k", l))
-	st = f.stores[0].Stats()
-	require.Equal(t, uint64(0), st.Returns)
-	require.Equal(t, uint64(0), st.Returned)
-	require.Equal(t, uint64(10), st.Drained)
-	require.Equal(t, int64(0), st.Held)
+			// At t0+100ms the lease (sent at t0) has ended with 10 units. In the
+			// 100 ms they were held the backing bucket refilled 10 units (10 ms
+			// per unit): had nothing else been charged, the 10 drained out of it,
+			// and giving them back would credit capacity one shared bucket never
+			// had (see TestBucketBoundWithIdleLeases). So none is sent: Drained
+			// 10. The backing store: 31 charged − 10 refilled = 21 in use,
+			// Remaining 79 (one shared bucket would say 89 if this instance were
+			// alone; it cannot know that).
+			f.at(ms(100))
+			f.expire(0)
+			got := f.peek("k", l)
+			require.Equal(t, int64(79), got.Remaining)
+			require.Equal(t, ms(210), got.Reset)
+			require.Equal(t, int64(31), f.backing.chargedTo("k", l))
+			st = f.stores[0].Stats()
+			require.Equal(t, uint64(0), st.Returns)
+			require.Equal(t, uint64(0), st.Returned)
+			require.Equal(t, uint64(10), st.Drained)
+			require.Equal(t, int64(0), st.Held)
+		})
+	}
 }
 
 // TestBucketReturnLessDrained: a bucket lease's unused units go back less
@@ -104,98 +117,110 @@ func TestBucketReturnLessDrained(t *testing.T) {
 //
 // rpm: PerSecond(100), burst 100, 10 ms per unit, leases ≤ 10 units.
 // tokens: PerSecond(1000), burst 1000, 1 ms per token, leases ≤ 100.
+//
+// It runs on the store and through a Limiter (as TestHotKeyLeases), which
+// asks TryTake first: the local admissions and remembered refusals are
+// decided there, every other request by one Take, with the same
+// decisions and backing calls.
 func TestStackedAllOrNothing(t *testing.T) {
-	f := newFleet(t, 1, lease.WithHotThreshold(1))
-	rpm := ptr(ratelimit.PerSecond(100).Named("requests"))
-	tokens := ptr(ratelimit.PerSecond(1000).Named("tokens"))
-	stack := func(n int64) []ratelimit.Request {
-		return []ratelimit.Request{{Key: "k", Limit: rpm, Cost: 1}, {Key: "k", Limit: tokens, Cost: n}}
+	for _, via := range []string{"store", "limiter"} {
+		t.Run(via, func(t *testing.T) {
+			f := newFleet(t, 1, lease.WithHotThreshold(1))
+			if via == "limiter" {
+				f.viaLimiter()
+			}
+			rpm := ptr(ratelimit.PerSecond(100).Named("requests"))
+			tokens := ptr(ratelimit.PerSecond(1000).Named("tokens"))
+			stack := func(n int64) []ratelimit.Request {
+				return []ratelimit.Request{{Key: "k", Limit: rpm, Cost: 1}, {Key: "k", Limit: tokens, Cost: n}}
+			}
+			// Request 1 (1, 10): one Take of rpm 1 + 2 (demand 1 unit, + 1) and
+			// tokens 10 + 11 (demand 10, + 1). Backing: 97 and 979 left. The
+			// decisions add the leases back: what one shared bucket would say.
+			got := f.take(0, stack(10)...)
+			f.check(decision(rpm, true, 99, ms(10), 0), got[0])
+			f.check(decision(tokens, true, 990, ms(10), 0), got[1])
+			require.Equal(t, 1, f.backing.calls())
+			// Request 2 (1, 10): both leases cover it (2 ≥ 1, 11 ≥ 10): local.
+			got = f.take(0, stack(10)...)
+			f.check(decision(rpm, true, 98, ms(20), 0), got[0])
+			f.check(decision(tokens, true, 980, ms(20), 0), got[1])
+			require.Equal(t, 1, f.backing.calls())
+			// Request 3 (1, 10): rpm's lease covers it (1 left), tokens' does not
+			// (1 left): the 1 token is reserved and 9 + 31 (demand 30, + 1) are
+			// taken, tokens alone. Backing tokens: 979 − 40 = 939, + 31 leased.
+			got = f.take(0, stack(10)...)
+			f.check(decision(rpm, true, 97, ms(30), 0), got[0])
+			f.check(decision(tokens, true, 970, ms(30), 0), got[1])
+			require.Equal(t, 2, f.backing.calls())
+
+			// Another process spends all 939 tokens left in the backing store.
+			drain := make([]ratelimit.Decision, 1)
+			require.NoError(t, f.backing.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: tokens, Cost: 939}}, drain))
+			require.True(t, drain[0].Allowed)
+			calls := f.backing.calls() // 3, with this one
+
+			// Request 4 (1, 40): rpm's lease is empty (need 1, lease 4 + 1 = 5),
+			// tokens' has 31 (reserved; need 9, lease 70 + 1 = 71). One Take of
+			// (6, 80), refused: 0 tokens left. rpm had room for its 1 (97 left);
+			// tokens' 9 do not fit, so the request is refused, one call. Nothing
+			// is charged: the 31 tokens are back in the lease, and the decisions
+			// are the backing store's uncharged state plus the leases: rpm 97,
+			// tokens 0 + 31 (Reset 1000 − 31 ms). RetryAfter: the 9 ms until the
+			// 9 tokens the request needs from the backing store (not the 80
+			// asked) have refilled, raised to a tenth of the lifetime, 100 ms: a
+			// hot limit's refusal is remembered that long at least, so that a
+			// saturated limit is asked again by each instance ten times per
+			// lifetime rather than at every request.
+			got = f.take(0, stack(40)...)
+			f.check(decision(rpm, true, 97, ms(30), 0), got[0])
+			f.check(decision(tokens, false, 31, ms(969), ms(100)), got[1])
+			require.Equal(t, calls+1, f.backing.calls())
+			require.Equal(t, int64(3), f.backing.chargedTo("k", rpm))
+			require.Equal(t, int64(21+40+939), f.backing.chargedTo("k", tokens))
+
+			// The refusal is remembered: at t0+1ms the same request is refused
+			// locally, RetryAfter 99 ms, and the states age by the 1 ms (Reset
+			// 29 ms and 968 ms).
+			f.at(ms(1))
+			got = f.take(0, stack(40)...)
+			f.check(decision(rpm, true, 97, ms(29), 0), got[0])
+			f.check(decision(tokens, false, 31, ms(968), ms(99)), got[1])
+			require.Equal(t, calls+1, f.backing.calls())
+			// A request that fits the tokens' lease (10 ≤ 31) is not blocked: it
+			// refills rpm only (need 1; lease 5 + 1 = 6, the demand being 6 units
+			// in the 1.001 s since the interval before began, 5.99 per lifetime
+			// rounded down; backing 97 − 7 = 90; Reset 99 ms less the 6 units'
+			// 60 ms: 4 units used, 1 ms drained).
+			got = f.take(0, stack(10)...)
+			f.check(decision(rpm, true, 90+6, ms(39), 0), got[0])
+			f.check(decision(tokens, true, 21, ms(978), 0), got[1])
+			require.Equal(t, calls+2, f.backing.calls())
+			// At t0+9ms a request for 40 needs 19 from the backing store (the
+			// lease holds 21): at least the 9 refused, so it is refused locally
+			// too, RetryAfter 91 ms. (rpm's lease covers it: 6, uncharged.)
+			f.at(ms(9))
+			got = f.take(0, stack(40)...)
+			f.check(decision(rpm, true, 90+6, ms(31), 0), got[0])
+			f.check(decision(tokens, false, 0+21, ms(1000-21-9), ms(91)), got[1])
+			require.Equal(t, calls+2, f.backing.calls())
+
+			// At t0+100ms the refusal is forgotten, and the backing store has
+			// refilled 100 tokens. The request for 40 reserves the lease's 21 and
+			// needs 19: the Take of 19 + a lease of 100 (the cap; the demand is
+			// 200 tokens in 1.1 s) is refused with Remaining 100, and the second,
+			// of 19 + 81, admitted. rpm is served from its lease (6 − 1 = 5 left;
+			// the backing store's 90 at t0+1ms; Reset: 39 ms then, drained by
+			// now, + 10 ms for the unit just used: one shared bucket's).
+			f.at(ms(100))
+			got = f.take(0, stack(40)...)
+			f.check(decision(rpm, true, 90+5, ms(10), 0), got[0])
+			f.check(decision(tokens, true, 81, ms(1000-81), 0), got[1])
+			require.Equal(t, calls+4, f.backing.calls())
+			require.Equal(t, int64(3+7), f.backing.chargedTo("k", rpm))
+			require.Equal(t, int64(21+40+939+100), f.backing.chargedTo("k", tokens))
+		})
 	}
-	// Request 1 (1, 10): one Take of rpm 1 + 2 (demand 1 unit, + 1) and
-	// tokens 10 + 11 (demand 10, + 1). Backing: 97 and 979 left. The
-	// decisions add the leases back: what one shared bucket would say.
-	got := f.take(0, stack(10)...)
-	f.check(decision(rpm, true, 99, ms(10), 0), got[0])
-	f.check(decision(tokens, true, 990, ms(10), 0), got[1])
-	require.Equal(t, 1, f.backing.calls())
-	// Request 2 (1, 10): both leases cover it (2 ≥ 1, 11 ≥ 10): local.
-	got = f.take(0, stack(10)...)
-	f.check(decision(rpm, true, 98, ms(20), 0), got[0])
-	f.check(decision(tokens, true, 980, ms(20), 0), got[1])
-	require.Equal(t, 1, f.backing.calls())
-	// Request 3 (1, 10): rpm's lease covers it (1 left), tokens' does not
-	// (1 left): the 1 token is reserved and 9 + 31 (demand 30, + 1) are
-	// taken, tokens alone. Backing tokens: 979 − 40 = 939, + 31 leased.
-	got = f.take(0, stack(10)...)
-	f.check(decision(rpm, true, 97, ms(30), 0), got[0])
-	f.check(decision(tokens, true, 970, ms(30), 0), got[1])
-	require.Equal(t, 2, f.backing.calls())
-
-	// Another process spends all 939 tokens left in the backing store.
-	drain := make([]ratelimit.Decision, 1)
-	require.NoError(t, f.backing.Take(t.Context(), []ratelimit.Request{{Key: "k", Limit: tokens, Cost: 939}}, drain))
-	require.True(t, drain[0].Allowed)
-	calls := f.backing.calls() // 3, with this one
-
-	// Request 4 (1, 40): rpm's lease is empty (need 1, lease 4 + 1 = 5),
-	// tokens' has 31 (reserved; need 9, lease 70 + 1 = 71). One Take of
-	// (6, 80), refused: 0 tokens left. rpm had room for its 1 (97 left);
-	// tokens' 9 do not fit, so the request is refused, one call. Nothing
-	// is charged: the 31 tokens are back in the lease, and the decisions
-	// are the backing store's uncharged state plus the leases: rpm 97,
-	// tokens 0 + 31 (Reset 1000 − 31 ms). RetryAfter: the 9 ms until the
-	// 9 tokens the request needs from the backing store (not the 80
-	// asked) have refilled, raised to a tenth of the lifetime, 100 ms: a
-	// hot limit's refusal is remembered that long at least, so that a
-	// saturated limit is asked again by each instance ten times per
-	// lifetime rather than at every request.
-	got = f.take(0, stack(40)...)
-	f.check(decision(rpm, true, 97, ms(30), 0), got[0])
-	f.check(decision(tokens, false, 31, ms(969), ms(100)), got[1])
-	require.Equal(t, calls+1, f.backing.calls())
-	require.Equal(t, int64(3), f.backing.chargedTo("k", rpm))
-	require.Equal(t, int64(21+40+939), f.backing.chargedTo("k", tokens))
-
-	// The refusal is remembered: at t0+1ms the same request is refused
-	// locally, RetryAfter 99 ms, and the states age by the 1 ms (Reset
-	// 29 ms and 968 ms).
-	f.at(ms(1))
-	got = f.take(0, stack(40)...)
-	f.check(decision(rpm, true, 97, ms(29), 0), got[0])
-	f.check(decision(tokens, false, 31, ms(968), ms(99)), got[1])
-	require.Equal(t, calls+1, f.backing.calls())
-	// A request that fits the tokens' lease (10 ≤ 31) is not blocked: it
-	// refills rpm only (need 1; lease 5 + 1 = 6, the demand being 6 units
-	// in the 1.001 s since the interval before began, 5.99 per lifetime
-	// rounded down; backing 97 − 7 = 90; Reset 99 ms less the 6 units'
-	// 60 ms: 4 units used, 1 ms drained).
-	got = f.take(0, stack(10)...)
-	f.check(decision(rpm, true, 90+6, ms(39), 0), got[0])
-	f.check(decision(tokens, true, 21, ms(978), 0), got[1])
-	require.Equal(t, calls+2, f.backing.calls())
-	// At t0+9ms a request for 40 needs 19 from the backing store (the
-	// lease holds 21): at least the 9 refused, so it is refused locally
-	// too, RetryAfter 91 ms. (rpm's lease covers it: 6, uncharged.)
-	f.at(ms(9))
-	got = f.take(0, stack(40)...)
-	f.check(decision(rpm, true, 90+6, ms(31), 0), got[0])
-	f.check(decision(tokens, false, 0+21, ms(1000-21-9), ms(91)), got[1])
-	require.Equal(t, calls+2, f.backing.calls())
-
-	// At t0+100ms the refusal is forgotten, and the backing store has
-	// refilled 100 tokens. The request for 40 reserves the lease's 21 and
-	// needs 19: the Take of 19 + a lease of 100 (the cap; the demand is
-	// 200 tokens in 1.1 s) is refused with Remaining 100, and the second,
-	// of 19 + 81, admitted. rpm is served from its lease (6 − 1 = 5 left;
-	// the backing store's 90 at t0+1ms; Reset: 39 ms then, drained by
-	// now, + 10 ms for the unit just used: one shared bucket's).
-	f.at(ms(100))
-	got = f.take(0, stack(40)...)
-	f.check(decision(rpm, true, 90+5, ms(10), 0), got[0])
-	f.check(decision(tokens, true, 81, ms(1000-81), 0), got[1])
-	require.Equal(t, calls+4, f.backing.calls())
-	require.Equal(t, int64(3+7), f.backing.chargedTo("k", rpm))
-	require.Equal(t, int64(21+40+939+100), f.backing.chargedTo("k", tokens))
 }
 
 // TestPartialGrant: when the backing store cannot grant a whole lease, its
