@@ -288,16 +288,21 @@ type NonBlocking interface {
 // an error (a malformed call, whose ErrInvalidRequest Take reports) and
 // for every call it cannot decide at once. It reads no context: a caller
 // whose context has ended calls Take, which reports it. It keeps neither
-// slice and allocates nothing.
+// slice, and should allocate nothing (that is its point).
 //
 // TryTakeOne is TryTake of the one request r, taking and returning values
 // as SingleTaker's TakeOne does: the fields of the Decision one by one, in
 // Decision's order and units (remaining in the limit's units, reset,
 // retryAfter and delay as durations, at in µs since the Unix epoch), all
-// but Limit, which is r.Limit; all zero when decided is false.
+// but Limit, which is r.Limit; all zero when decided is false. TryTakeTwo
+// is TryTake of the stack of the two requests a = {keyA, limitA, costA}
+// and b = {keyB, limitB, costB} (all or nothing), taking and returning
+// values as PairTaker's TakeTwo does: a's Decision's fields and then b's,
+// all zero when decided is false.
 //
 // The Limiter tries them for every Take it makes (TryTakeOne when the
-// store is also a SingleTaker and the Take is of one limit, TryTake
+// store is also a SingleTaker and the Take is of one limit, TryTakeTwo
+// when it is also a PairTaker and the Take is of two, TryTake
 // otherwise), before it builds the call's context with the store timeout
 // (see NonBlocking), as long as the caller's context has not ended. A call
 // they decide costs no context and no allocation, and is reported as a
@@ -317,4 +322,5 @@ type NonBlocking interface {
 type LocalTaker interface {
 	TryTake(reqs []Request, out []Decision) (decided bool)
 	TryTakeOne(r Request) (decided, allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64)
+	TryTakeTwo(keyA string, limitA *Limit, costA int64, keyB string, limitB *Limit, costB int64) (decided, allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64)
 }

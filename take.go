@@ -476,8 +476,12 @@ func (l *Limiter) decideTwo(ctx context.Context, key string, limits []Limit, cos
 
 // callTwo is call for a Take of limits[0] and limits[1] (all or nothing)
 // on key, through the store's PairTaker (l.pair, non-nil), writing the
-// decisions to ds[0] and ds[1]: no slice crosses the interface.
+// decisions to ds[0] and ds[1]: no slice crosses the interface. A
+// LocalTaker store is asked first (tryTwo).
 func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) error {
+	if l.local != nil && l.tryTwo(ctx, key, limits, costs, ds) {
+		return nil
+	}
 	tctx, cancel := l.storeContext(ctx)
 	var start time.Time
 	if l.hooks.OnStoreCall != nil {
@@ -489,8 +493,9 @@ func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs
 	if err != nil {
 		la, lb = nil, nil // a failed call decides nothing
 	}
-	// Field by field: a field added to Decision must be added here and
-	// to PairTaker (TestTakeTwoDecisionsCopiedWhole).
+	// Field by field: a field added to Decision must be added here, in
+	// tryTwo and to PairTaker and LocalTaker
+	// (TestTakeTwoDecisionsCopiedWhole).
 	a, b := &ds[0], &ds[1]
 	a.Limit, a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At = la, allowedA, remainingA, resetA, retryAfterA, delayA, atA
 	b.Limit, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At = lb, allowedB, remainingB, resetB, retryAfterB, delayB, atB
@@ -498,6 +503,32 @@ func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs
 		return nil // what called would do, without its call
 	}
 	return l.called(ctx, tctx, cancel, OpTake, 2, start, err)
+}
+
+// tryTwo is tryTake for the stack of limits[0] and limits[1] on key,
+// through TryTakeTwo, writing the decisions to ds[0] and ds[1] (see
+// callTwo).
+func (l *Limiter) tryTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var start time.Time
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	la, lb := &limits[0], &limits[1]
+	decided, allowedA, remainingA, resetA, retryAfterA, delayA, atA,
+		allowedB, remainingB, resetB, retryAfterB, delayB, atB := l.local.TryTakeTwo(key, la, costOf(costs, 0), key, lb, costOf(costs, 1))
+	if !decided {
+		return false
+	}
+	a, b := &ds[0], &ds[1]
+	a.Limit, a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At = la, allowedA, remainingA, resetA, retryAfterA, delayA, atA
+	b.Limit, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At = lb, allowedB, remainingB, resetB, retryAfterB, delayB, atB
+	if !l.quiet(nil, nil) {
+		_ = l.called(ctx, ctx, nil, OpTake, 2, start, nil) // nil: no error to classify
+	}
+	return true
 }
 
 // twoResult summarises the decisions ds[0] and ds[1] of callTwo on

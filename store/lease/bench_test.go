@@ -232,9 +232,9 @@ func BenchmarkRedisHotKey(b *testing.B) {
 // two stacked limits (stack2-): every timed Take is served from the lease.
 // The lease store is not NonBlocking; it is a ratelimit.LocalTaker, so
 // the Limiter asks it to decide at once (TryTakeOne for one limit, as a
-// SingleTaker; TryTake for the stack) before it would build the store
-// timeout's context, and a Take served from the lease costs no context,
-// no clock reading of the Limiter's and no allocation.
+// SingleTaker; TryTakeTwo for the stack, as a PairTaker) before it would
+// build the store timeout's context, and a Take served from the lease
+// costs no context, no clock reading of the Limiter's and no allocation.
 func BenchmarkLimiterTake(b *testing.B) {
 	for _, c := range []struct {
 		name   string

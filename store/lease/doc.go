@@ -74,6 +74,18 @@
 // always passes through: a refund of units handed out from a lease
 // reaches the backing store, where the lease was charged.
 //
+// Through a ratelimit.Limiter, a call that a lease decides makes no store
+// call with the store timeout: the Store is a ratelimit.LocalTaker, whose
+// TryTake, TryTakeOne and TryTakeTwo decide under the shards' locks,
+// without waiting and without a backing call, the calls Take would decide
+// locally at once (admitted from live leases, or refused by a remembered
+// refusal), and decide nothing, changing nothing, for the others, which
+// the Limiter then makes with Take (or TakeOne, TakeTwo: the Store is a
+// ratelimit.SingleTaker and PairTaker too) and the store timeout, as
+// before. Such a Take costs no allocation and
+// about what the same Take costs over the memory store (bench_test.go's
+// BenchmarkLimiterTake).
+//
 // # Decisions
 //
 // A decision made from a lease is what the backing store said at the

@@ -179,8 +179,8 @@ func (f *fleet) take(i int, reqs ...ratelimit.Request) []ratelimit.Decision {
 // viaLimiter makes take go through a ratelimit.Limiter, one per instance
 // and stack of limits, which tries each Take with the lease store's
 // LocalTaker methods (TryTakeOne for one limit, the lease store being a
-// SingleTaker; TryTake for a stack) before it calls TakeOne or Take with
-// the store timeout: the decisions must be the same (Decision.Limit is
+// SingleTaker; TryTakeTwo for two, as a PairTaker; TryTake for more)
+// before it calls TakeOne, TakeTwo or Take with the store timeout: the decisions must be the same (Decision.Limit is
 // the request's, not the Limiter's copy), and so must everything the
 // test asserts about the stores.
 func (f *fleet) viaLimiter() { f.limiters = map[string]*ratelimit.Limiter{} }

@@ -65,6 +65,7 @@ var (
 	_ ratelimit.Store       = (*Store)(nil)
 	_ ratelimit.LocalTaker  = (*Store)(nil)
 	_ ratelimit.SingleTaker = (*Store)(nil)
+	_ ratelimit.PairTaker   = (*Store)(nil)
 )
 
 type shardData struct {
@@ -177,17 +178,17 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 
 // TryTake implements ratelimit.LocalTaker: it decides reqs as Take would,
 // and returns true, when Take would decide them locally at once: every
-// limit of the stack is one the Store decorates (see the package
-// documentation), already tracked here, and either covered by its live
-// lease (admitted, the units handed out from the leases) or refused by a
-// remembered refusal (see Decisions), with no refill of any of them in
-// flight. It then counts the call's demand and the local decision
-// (Stats.Local) as Take does. Otherwise (a malformed call, a cold or
-// untracked pair, a lease that does not cover the cost or has ended, a
-// refill in flight, a call the Store passes through, a closed Store) it
-// returns false having changed nothing, and the caller calls Take. It
-// never calls the backing store and waits only for its shards' locks;
-// it allocates nothing.
+// (key, limit) pair of the stack is one the Store decorates (see the
+// package documentation) and already tracks, none has a refill in
+// flight, and either every pair's live lease covers its cost (the stack
+// is admitted, its units handed out from the leases) or a remembered
+// refusal refuses the stack (see Decisions). It then counts the call's
+// demand and the local decision (Stats.Local) as Take does. Otherwise (a
+// malformed call, a pair not tracked, a lease that does not cover its
+// cost or has ended, a refill in flight, a call the Store passes through,
+// a closed Store) it returns false having changed nothing, and the
+// caller calls Take. It never calls the backing store and waits only for
+// its shards' locks; it allocates nothing.
 func (s *Store) TryTake(reqs []ratelimit.Request, out []ratelimit.Decision) bool {
 	if !s.decorates(reqs) || ratelimit.CheckRequests(reqs, out, true) != nil {
 		return false
@@ -263,6 +264,50 @@ func (s *Store) TryTakeOne(r ratelimit.Request) (decided, allowed bool, remainin
 	return true, d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At
 }
 
+// TryTakeTwo implements ratelimit.LocalTaker: TryTake of the stack of
+// the two requests a = {keyA, limitA, costA} and b = {keyB, limitB,
+// costB}, with the decisions' fields returned one by one, a's and then
+// b's (see ratelimit.PairTaker), all zero when decided is false.
+func (s *Store) TryTakeTwo(keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (decided, allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64,
+	allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64) {
+	// TryTake's steps for a stack of two: one or two shards, locked in
+	// order.
+	reqs := [2]ratelimit.Request{{Key: keyA, Limit: limitA, Cost: costA}, {Key: keyB, Limit: limitB, Cost: costB}}
+	var out [2]ratelimit.Decision
+	if !s.decorates(reqs[:]) || ratelimit.CheckRequests(reqs[:], out[:], true) != nil {
+		return
+	}
+	ha, hb := s.hash(keyA), s.hash(keyB)
+	lo, hi := shardOf(ha), shardOf(hb)
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	s.shards[lo].mu.Lock()
+	if hi != lo {
+		s.shards[hi].mu.Lock()
+	}
+	var ents [2]*entry
+	if ents[0], ents[1] = s.lookup(ha, &reqs[0]), s.lookup(hb, &reqs[1]); ents[0] != nil && ents[1] != nil {
+		now := s.now()
+		if decorated(reqs[:], ents[:]) && ents[0].busy == nil && ents[1].busy == nil &&
+			(serveLocal(reqs[:], out[:], ents[:], now) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
+			ents[0].observe(now, costA, s.life)
+			ents[1].observe(now, costB, s.life)
+			s.shards[lo].local++
+			decided = true
+		}
+	}
+	if hi != lo {
+		s.shards[hi].mu.Unlock()
+	}
+	s.shards[lo].mu.Unlock()
+	if !decided {
+		return
+	}
+	a, b := &out[0], &out[1]
+	return true, a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At
+}
+
 // one is the slices of a TakeOne's Take, pooled: they reach the backing
 // store through an interface, so they would escape to the heap.
 type one struct {
@@ -286,6 +331,33 @@ func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool,
 		return false, 0, 0, 0, 0, 0, err
 	}
 	return d.Allowed, d.Remaining, d.Reset, d.RetryAfter, d.Delay, d.At, nil
+}
+
+// two is the slices of a TakeTwo's Take, pooled (see one).
+type two struct {
+	reqs [2]ratelimit.Request
+	out  [2]ratelimit.Decision
+}
+
+var twoPool = sync.Pool{New: func() any { return new(two) }}
+
+// TakeTwo implements ratelimit.PairTaker: Take of the stack of the two
+// requests a = {keyA, limitA, costA} and b = {keyB, limitB, costB}, with
+// the decisions' fields returned one by one, a's and then b's, in
+// ratelimit.Decision's order and units, all but Limit (all zero on an
+// error).
+func (s *Store) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64,
+	allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
+	w := twoPool.Get().(*two)
+	w.reqs = [2]ratelimit.Request{{Key: keyA, Limit: limitA, Cost: costA}, {Key: keyB, Limit: limitB, Cost: costB}}
+	err = s.Take(ctx, w.reqs[:], w.out[:])
+	a, b := w.out[0], w.out[1]
+	*w = two{} // drop the pointers
+	twoPool.Put(w)
+	if err != nil {
+		return
+	}
+	return a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At, nil
 }
 
 // Adjust implements ratelimit.Store: settlements go straight to the

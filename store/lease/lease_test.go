@@ -119,7 +119,7 @@ func TestBucketReturnLessDrained(t *testing.T) {
 // tokens: PerSecond(1000), burst 1000, 1 ms per token, leases ≤ 100.
 //
 // It runs on the store and through a Limiter (as TestHotKeyLeases), which
-// asks TryTake first: the local admissions and remembered refusals are
+// asks TryTakeTwo first: the local admissions and remembered refusals are
 // decided there, every other request by one Take, with the same
 // decisions and backing calls.
 func TestStackedAllOrNothing(t *testing.T) {

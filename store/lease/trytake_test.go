@@ -79,10 +79,15 @@ func TestTryTakeUndecided(t *testing.T) {
 				out[i] = sentinel
 			}
 			require.False(t, s.TryTake(c.reqs, out))
-			if len(c.reqs) == 1 {
+			zero := []any{false, false, int64(0), time.Duration(0), time.Duration(0), time.Duration(0), int64(0)}
+			switch len(c.reqs) {
+			case 1:
 				decided, allowed, remaining, reset, retryAfter, delay, at := s.TryTakeOne(c.reqs[0])
-				require.Equal(t, []any{false, false, int64(0), time.Duration(0), time.Duration(0), time.Duration(0), int64(0)},
-					[]any{decided, allowed, remaining, reset, retryAfter, delay, at})
+				require.Equal(t, zero, []any{decided, allowed, remaining, reset, retryAfter, delay, at})
+			case 2:
+				a, b := c.reqs[0], c.reqs[1]
+				decided, allowedA, remainingA, resetA, retryAfterA, delayA, atA, allowedB, remainingB, resetB, retryAfterB, delayB, atB := s.TryTakeTwo(a.Key, a.Limit, a.Cost, b.Key, b.Limit, b.Cost)
+				require.Equal(t, append(zero, zero[1:]...), []any{decided, allowedA, remainingA, resetA, retryAfterA, delayA, atA, allowedB, remainingB, resetB, retryAfterB, delayB, atB})
 			}
 			require.Equal(t, st, s.Stats(), "nothing counted")
 			require.Equal(t, calls, f.backing.calls(), "no backing call")
@@ -194,7 +199,8 @@ func TestTryTakeDecides(t *testing.T) {
 // algorithms and a LeakyBucket, stacks, a pair named twice, peeks, costs
 // above the burst, a table of 6 pairs that fills, expiry passes, a Close):
 // the first with Take alone, the second with TryTake and Take when it did
-// not decide, the third with TryTakeOne and TakeOne for single requests.
+// not decide, the third with TryTakeOne and TakeOne for single requests
+// and TryTakeTwo and TakeTwo for stacks.
 // Every decision, error, Stats and charge must be the same: an attempt
 // that did not decide changed nothing, and one that did is the Take.
 func TestTryTakeMatchesTake(t *testing.T) {
@@ -242,6 +248,18 @@ func TestTryTakeMatchesTake(t *testing.T) {
 					s := f.stores[i]
 					out := make([]ratelimit.Decision, len(reqs))
 					switch {
+					case m == 2 && len(reqs) == 2:
+						a, b := reqs[0], reqs[1]
+						ok, allowedA, remainingA, resetA, retryAfterA, delayA, atA, allowedB, remainingB, resetB, retryAfterB, delayB, atB := s.TryTakeTwo(a.Key, a.Limit, a.Cost, b.Key, b.Limit, b.Cost)
+						if ok {
+							decided[m]++
+						} else {
+							allowedA, remainingA, resetA, retryAfterA, delayA, atA, allowedB, remainingB, resetB, retryAfterB, delayB, atB, errs[m] = s.TakeTwo(context.Background(), a.Key, a.Limit, a.Cost, b.Key, b.Limit, b.Cost)
+						}
+						if errs[m] == nil {
+							out[0] = ratelimit.Decision{Limit: a.Limit, Allowed: allowedA, Remaining: remainingA, Reset: resetA, RetryAfter: retryAfterA, Delay: delayA, At: atA}
+							out[1] = ratelimit.Decision{Limit: b.Limit, Allowed: allowedB, Remaining: remainingB, Reset: resetB, RetryAfter: retryAfterB, Delay: delayB, At: atB}
+						}
 					case m == 2 && len(reqs) == 1:
 						ok, allowed, remaining, reset, retryAfter, delay, at := s.TryTakeOne(reqs[0])
 						if ok {
@@ -324,17 +342,14 @@ func TestTakeOneMatchesTake(t *testing.T) {
 
 // TestLimiterTakeFromLeaseAllocatesNothing pins the budget of issue 10: a
 // Limiter.Take that the lease store serves from its lease allocates
-// nothing (no store-timeout context: TryTakeOne, and for a stack
-// TryTake, decide it before the Limiter would build one). The leases are
+// nothing (no store-timeout context: TryTakeOne, and for a stack of two
+// TryTakeTwo, decide it before the Limiter would build one). The leases are
 // of a huge limit, on the frozen fake clock: every measured Take is
-// served from them. (On the race detector the stack's case is skipped:
-// its sync.Pool drops the Limiter's pooled scratch at random.)
+// served from them. No pool is involved, so the budget holds on the race
+// detector too.
 func TestLimiterTakeFromLeaseAllocatesNothing(t *testing.T) {
 	for _, n := range []int{1, 2} {
 		t.Run(fmt.Sprint(n, " limits"), func(t *testing.T) {
-			if n == 2 && raceEnabled {
-				t.Skip("the race detector's sync.Pool drops pooled scratch at random")
-			}
 			f := newFleet(t, 1, lease.WithHotThreshold(1), lease.WithMaxShare(1))
 			limits := []ratelimit.Limit{
 				ratelimit.PerSecond(1_000_000).WithBurst(1 << 40).Named("requests"),
