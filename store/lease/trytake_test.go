@@ -8,10 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
+	rmprom "github.com/rampmeter/ratelimit/metrics/prometheus"
 	"github.com/rampmeter/ratelimit/store/lease"
+	"github.com/rampmeter/ratelimit/store/resilient"
 )
 
 // TestTryTakeUndecided: TryTake and TryTakeOne decide nothing (false, all
@@ -418,4 +421,24 @@ func TestLimiterLocalTakeReported(t *testing.T) {
 	require.ErrorIs(t, calls[2].Err, context.Canceled)
 	require.Equal(t, uint64(2), lim.Stats().Allowed)
 	require.Zero(t, lim.Stats().StoreErrors)
+}
+
+// TestWrappersDoNotForwardLocalTaker pins what ratelimit.LocalTaker's
+// documentation says of the repository's wrapper stores: store/resilient
+// (its breaker and fallback choose the store that decides) and
+// metrics/prometheus's InstrumentStore (it measures every Take) do not
+// implement it, so a Limiter over them makes every Take with the store
+// timeout, through their Take. Should one of them forward it one day,
+// this test is where to check that its TryTake does what its Take does.
+func TestWrappersDoNotForwardLocalTaker(t *testing.T) {
+	f := newFleet(t, 1)
+	guarded, err := resilient.New(f.stores[0])
+	require.NoError(t, err)
+	m, err := rmprom.New(prometheus.NewRegistry())
+	require.NoError(t, err)
+	for name, s := range map[string]ratelimit.Store{"resilient": guarded, "InstrumentStore": m.InstrumentStore(f.stores[0])} {
+		_, ok := s.(ratelimit.LocalTaker)
+		require.False(t, ok, name)
+	}
+	var _ ratelimit.LocalTaker = f.stores[0]
 }
