@@ -263,10 +263,10 @@ type SingleAdjuster interface {
 // context as is, without the store timeout (WithStoreTimeout). Any other
 // store's calls get a child context with the store timeout (one small
 // allocation per call), whose timer starts only if the store asks for
-// Done. A store that checks ctx.Err on entry still sees the caller's
-// cancellation. store/memory implements it; a wrapper store should
-// forward the answer of the store it wraps (false when it adds a wait of
-// its own).
+// Done; a Take that a LocalTaker decides at once gets none. A store that
+// checks ctx.Err on entry still sees the caller's cancellation.
+// store/memory implements it; a wrapper store should forward the answer
+// of the store it wraps (false when it adds a wait of its own).
 type NonBlocking interface {
 	NonBlocking() bool
 }
@@ -308,7 +308,7 @@ type NonBlocking interface {
 // they decide costs no context and no allocation, and is reported as a
 // successful store call (Hooks.OnStoreCall, Op "take"); a call they do not
 // decide goes on as if they had not been tried: the context, then Take
-// (or TakeOne). Adjust is never tried. A NonBlocking store gains nothing
+// (or TakeOne, TakeTwo). Adjust is never tried. A NonBlocking store gains nothing
 // from them. store/lease implements LocalTaker.
 //
 // A wrapper store should implement it only when its own methods do all
