@@ -215,8 +215,9 @@ func Micros(t time.Time) int64 { return t.UnixMicro() }
 // for the compiler to keep in registers, would be stored to memory by the
 // caller and copied once more, 16 bytes at a time, reading back the 8-byte
 // fields just stored, which defeats the CPU's store-to-load forwarding
-// (a tenth of a Limiter.Take). store/memory implements it. A wrapper store
-// should implement it only when the store it wraps does.
+// (a tenth of a Limiter.Take). store/memory implements it, and store/lease
+// (for its LocalTaker's TryTakeOne). A wrapper store should implement it
+// only when the store it wraps does.
 type SingleTaker interface {
 	TakeOne(ctx context.Context, r Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error)
 }
@@ -234,8 +235,8 @@ type SingleTaker interface {
 // copied through memory on the way: the values travel in registers or
 // as 8-byte words on the stack, where structs would be copied 16 bytes
 // at a time over 8-byte stores (see SingleTaker). store/memory
-// implements it. A wrapper store should implement it only when the store
-// it wraps does.
+// implements it, and store/lease (for its LocalTaker's TryTakeTwo). A
+// wrapper store should implement it only when the store it wraps does.
 type PairTaker interface {
 	TakeTwo(ctx context.Context, keyA string, limitA *Limit, costA int64, keyB string, limitB *Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64, allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error)
 }

@@ -319,7 +319,10 @@ var onePool = sync.Pool{New: func() any { return new(one) }}
 
 // TakeOne implements ratelimit.SingleTaker: Take of the one request r,
 // with the decision's fields returned one by one, in ratelimit.Decision's
-// order and units, all but Limit (all zero on an error).
+// order and units, all but Limit (all zero on an error). The Store is a
+// SingleTaker whatever it wraps, so that a Limiter's one-limit path, which
+// asks TryTakeOne first, applies; a call that reaches the backing store
+// does so through its Take, with pooled slices.
 func (s *Store) TakeOne(ctx context.Context, r ratelimit.Request) (allowed bool, remaining int64, reset, retryAfter, delay time.Duration, at int64, err error) {
 	o := onePool.Get().(*one)
 	o.reqs[0] = r
@@ -345,7 +348,7 @@ var twoPool = sync.Pool{New: func() any { return new(two) }}
 // requests a = {keyA, limitA, costA} and b = {keyB, limitB, costB}, with
 // the decisions' fields returned one by one, a's and then b's, in
 // ratelimit.Decision's order and units, all but Limit (all zero on an
-// error).
+// error). As for TakeOne, the Store is a PairTaker whatever it wraps.
 func (s *Store) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limit, costA int64, keyB string, limitB *ratelimit.Limit, costB int64) (allowedA bool, remainingA int64, resetA, retryAfterA, delayA time.Duration, atA int64,
 	allowedB bool, remainingB int64, resetB, retryAfterB, delayB time.Duration, atB int64, err error) {
 	w := twoPool.Get().(*two)
