@@ -14,12 +14,12 @@ import (
 // every answer it gives (Deadline, Done, Err, Value, and so
 // context.Cause), except that it starts the deadline's timer only when
 // the store first asks for Done (or once the deadline has passed). A store
-// that decides without waiting, such as store/lease serving from a lease
-// or any store that only checks ctx.Err on entry, never asks, and the call
-// then costs one small allocation and a clock reading instead of a
-// context.WithTimeout's timer, its allocations, and the timer's start and
-// stop (together about two thirds of a store/lease decision's time through
-// the Limiter). A store that waits (go-redis selects on Done while taking a
+// that decides without waiting, such as one that only checks ctx.Err on
+// entry, never asks, and the call then costs one small allocation and a
+// clock reading instead of a context.WithTimeout's timer, its allocations,
+// and the timer's start and stop. (A Take that a LocalTaker, such as
+// store/lease serving from a lease, decides at once gets no context at
+// all.) A store that waits (go-redis selects on Done while taking a
 // pooled connection) gets the real deadline context, created on its first
 // Done. NonBlocking stores get the caller's context as is (storeContext).
 type deadlineCtx struct {
