@@ -184,12 +184,54 @@ func (l Limit) finishCalendar() Limit {
 	}
 	l.scale, l.drain, l.capacity, l.periodUS = 1, 1, l.quota, l.period.Microseconds()
 	l.calSpans = new(calCache)
-	l.id = l.Name() + ":cal-" + l.calendar.String() + ":" + l.loc.String() + ":" + strconv.FormatInt(l.quota, 10)
+	l.id = l.Name() + ":cal-" + l.calendar.String() + ":" + zoneID(l.loc) + ":" + strconv.FormatInt(l.quota, 10)
 	if l.ns != "" {
 		l.id = l.ns + "/" + l.id
 	}
 	l.wireQ, l.wireW = min(l.quota, maxSFInteger), l.periodUS/int64(time.Second/time.Microsecond)
 	return l
+}
+
+// zoneID names loc in a calendar limit's ID, so that limits whose zones
+// place the periods' boundaries differently get different IDs, and so
+// different stored states. A zone of the time zone database
+// (time.LoadLocation) is named by its name, as Location.String gives it
+// ("America/New_York"), and time.UTC by "UTC". A name alone does not
+// identify the other zones:
+//   - a fixed zone (time.FixedZone, any zone without transitions) is named
+//     by its name and its offset east of UTC in seconds ("+50400",
+//     "EST-18000", "UTC+3600"), except a zone named "UTC" of offset 0;
+//   - time.Local, "Local" on every machine whatever its zone, by "Local"
+//     and its offsets on 2000-01-15 and 2000-07-15 UTC ("Local+3600+7200"
+//     in Paris), which tells apart machines in zones of different offsets.
+//
+// Two zones of one name loaded from different zone data
+// (time.LoadLocationFromTZData) still share an ID.
+func zoneID(loc *time.Location) string {
+	name := loc.String()
+	winter := time.Date(2000, 1, 15, 0, 0, 0, 0, time.UTC).In(loc)
+	if start, end := winter.ZoneBounds(); start.IsZero() && end.IsZero() {
+		// No transition ever: a fixed offset.
+		_, off := winter.Zone()
+		if name == "UTC" && off == 0 {
+			return name
+		}
+		return name + offsetID(off)
+	}
+	if name == "Local" {
+		_, w := winter.Zone()
+		_, su := time.Date(2000, 7, 15, 0, 0, 0, 0, time.UTC).In(loc).Zone()
+		return name + offsetID(w) + offsetID(su)
+	}
+	return name
+}
+
+// offsetID formats a zone offset in seconds east of UTC with its sign.
+func offsetID(off int) string {
+	if off < 0 {
+		return strconv.Itoa(off)
+	}
+	return "+" + strconv.Itoa(off)
 }
 
 // calendarError reports a limit that is not a calendar window but carries

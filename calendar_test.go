@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"net/http"
+	"os"
 	"testing"
 	"time"
 	_ "time/tzdata" // the zones load on machines without a zone database
@@ -380,4 +381,45 @@ func BenchmarkCalendarTakeAt(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestZoneID: a calendar limit's ID names its zone by what places the
+// periods' boundaries. Zone database zones and time.UTC keep their names
+// (the IDs, and so the stored states, of existing limits are unchanged);
+// a fixed zone adds its offset east of UTC in seconds, since unnamed fixed
+// zones of every offset, and FixedZone("UTC", 3600), would otherwise share
+// an ID; "Local" adds its offsets on 2000-01-15 and 2000-07-15 UTC, since
+// every machine's local zone is called "Local".
+func TestZoneID(t *testing.T) {
+	ny := newYork(t)
+	tokyo, err := time.LoadLocation("Asia/Tokyo") // UTC+9 since 1951, no transition since
+	require.NoError(t, err)
+	for _, c := range []struct {
+		loc  *time.Location
+		want string
+	}{
+		{time.UTC, "UTC"},
+		{time.FixedZone("UTC", 0), "UTC"}, // the same rules as time.UTC: one state is right
+		{time.FixedZone("UTC", 3600), "UTC+3600"},
+		{time.FixedZone("", 14*3600), "+50400"},
+		{time.FixedZone("", -12*3600), "-43200"},
+		{time.FixedZone("", 0), "+0"},
+		{time.FixedZone("EST", -5*3600), "EST-18000"},
+		{ny, "America/New_York"},
+		{tokyo, "Asia/Tokyo"},
+	} {
+		assert.Equal(t, c.want, zoneID(c.loc), "zone %v", c.loc)
+	}
+
+	// "Local" with Paris's rules (UTC+1, and UTC+2 in summer), and with a
+	// fixed offset.
+	if data, err := os.ReadFile("/usr/share/zoneinfo/Europe/Paris"); err == nil {
+		local, err := time.LoadLocationFromTZData("Local", data)
+		require.NoError(t, err)
+		assert.Equal(t, "Local+3600+7200", zoneID(local))
+	}
+	assert.Equal(t, "Local-18000", zoneID(time.FixedZone("Local", -5*3600)))
+
+	assert.Equal(t, "daily:cal-day:+50400:6", PerCalendarDay(6, time.FixedZone("", 14*3600)).Named("daily").ID())
+	assert.Equal(t, "daily:cal-day:UTC:6", PerCalendarDay(6, time.UTC).Named("daily").ID())
 }
