@@ -453,6 +453,15 @@ func (s *Store) run(ctx context.Context, reqs []ratelimit.Request, out []ratelim
 		// script wrote nothing, so sending it again is no replay.
 		s.calSkew.Store(rat - time.Now().UnixMicro())
 		s.calendarArgs(reqs, args, stride, rat)
+		if s.now != nil {
+			// WithClock: the script decides at the time sent (ARGV[2]),
+			// or a batch at its latest. Only a batch, decided at another
+			// call's later reading, can be outside this call's bounds;
+			// sent again, the call is decided at that time, the one its
+			// new bounds are around, whether it is then sent alone or
+			// in another batch.
+			args[3+n+1] = rat
+		}
 		reply, at, err = eval()
 	}
 	if err != nil {
