@@ -77,6 +77,16 @@
 // entries. Len reports the number of entries held, expired ones included
 // until they are swept.
 //
+// All the limits of one key live in its shard, so a shard must hold a
+// whole stack: New uses at most MaxKeys/MinShardKeys shards, whatever
+// WithShards asks, so that every shard holds at least MinShardKeys (16)
+// entries, or all of MaxKeys when it is smaller. A stack that names more
+// distinct entries in one shard than the shard holds (more than 16 limits
+// on one key, or on a store with a smaller MaxKeys) cannot be stored
+// whole: Take and Adjust refuse it with an error wrapping
+// ratelimit.ErrInvalidRequest and ErrStackTooLarge, before anything is
+// charged, rather than decide its extra limits as fresh at every call.
+//
 // # Eviction policy and threat model
 //
 // When a new entry must go into a full shard that a sweep could not thin,

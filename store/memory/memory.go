@@ -26,6 +26,9 @@ type Store struct {
 	baseUS int64            // base in µs since the Unix epoch
 	seed   maphash.Seed
 	mask   uint64
+	// minCap is the smallest shard's cap: a stack of at most minCap
+	// requests always fits in its shards (see fits).
+	minCap int
 	shards []shard
 }
 
@@ -44,10 +47,11 @@ func New(opts ...Option) (*Store, error) {
 		}
 	}
 	n := c.shards
-	if floor := 1 << (bits.Len(uint(c.maxKeys)) - 1); n > floor {
-		n = floor // every shard must hold at least one entry
+	// Every shard holds at least MinShardKeys entries (or all of them).
+	if floor := 1 << (bits.Len(uint(max(1, c.maxKeys/MinShardKeys))) - 1); n > floor {
+		n = floor
 	}
-	s := &Store{wall: c.now, seed: maphash.MakeSeed(), mask: uint64(n - 1), shards: make([]shard, n)}
+	s := &Store{wall: c.now, seed: maphash.MakeSeed(), mask: uint64(n - 1), minCap: c.maxKeys / n, shards: make([]shard, n)}
 	if s.wall == nil {
 		s.base = time.Now()
 		s.baseUS = ratelimit.Micros(s.base)
@@ -85,7 +89,9 @@ func (s *Store) Close() error { return nil }
 // order. When the call is refused, every Decision's Remaining and Reset
 // describe the stored, uncharged state. It returns ctx.Err() if ctx is
 // already done, and an error wrapping ratelimit.ErrInvalidRequest for a
-// malformed call; in both cases nothing is charged.
+// malformed call, and one wrapping both ratelimit.ErrInvalidRequest and
+// ErrStackTooLarge for a stack with more distinct entries in one shard
+// than the shard holds; in all these cases nothing is charged.
 //
 // Take allocates nothing when the entries exist and len(reqs) ≤ 8, and
 // keeps neither slice; a caller that holds a ratelimit.Store reuses them
@@ -93,6 +99,11 @@ func (s *Store) Close() error { return nil }
 func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	if err := check(ctx, reqs, out, true); err != nil {
 		return err
+	}
+	if len(reqs) > s.minCap {
+		if err := s.fits(reqs); err != nil {
+			return err
+		}
 	}
 	switch len(reqs) {
 	case 0:
@@ -132,6 +143,11 @@ func (s *Store) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limi
 	if err := checkTwo(ctx, &a, &b); err != nil {
 		return false, 0, 0, 0, 0, 0, false, 0, 0, 0, 0, 0, err
 	}
+	if s.minCap < 2 {
+		if err := s.fits([]ratelimit.Request{a, b}); err != nil {
+			return false, 0, 0, 0, 0, 0, false, 0, 0, 0, 0, 0, err
+		}
+	}
 	var da, db ratelimit.Decision
 	s.two(&a, &b, &da, &db, true)
 	return da.Allowed, da.Remaining, da.Reset, da.RetryAfter, da.Delay, da.At,
@@ -147,11 +163,16 @@ func (s *Store) NonBlocking() bool { return true }
 // Adjust implements ratelimit.Store: it charges (Cost > 0) or refunds
 // (Cost < 0) every request without a check, in order. It returns ctx.Err()
 // if ctx is already done, and an error wrapping ratelimit.ErrInvalidRequest
-// for a malformed call; in both cases nothing is charged. It allocates as
-// Take does.
+// for a malformed call (or ErrStackTooLarge, as Take); in all these cases
+// nothing is charged. It allocates as Take does.
 func (s *Store) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	if err := check(ctx, reqs, out, false); err != nil {
 		return err
+	}
+	if len(reqs) > s.minCap {
+		if err := s.fits(reqs); err != nil {
+			return err
+		}
 	}
 	switch len(reqs) {
 	case 0:
@@ -198,6 +219,39 @@ func check(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decisi
 		}
 	}
 	return ratelimit.CheckRequests(reqs, out, take)
+}
+
+// fits returns nil if every shard can hold all the distinct entries (key,
+// limit) that reqs name in it, and otherwise an error wrapping
+// ratelimit.ErrInvalidRequest and ErrStackTooLarge. Such a stack could not
+// be stored whole: eviction spares the call's own entries, so an entry
+// that does not fit would be dropped, and its limit would decide as fresh
+// at every call, never refusing. It is a property of the call and the
+// store's configuration, not of the stored state, so it is checked before
+// anything is locked, and the same call fails the same way every time
+// (for a stack on several keys, which of them share a shard depends on the
+// store's hash seed). Take and Adjust call it only for a stack longer than
+// the smallest shard's cap, so the common stacks skip it.
+func (s *Store) fits(reqs []ratelimit.Request) error {
+	type entryKey struct {
+		key, limitID string
+		shard        uint32
+	}
+	seen := make(map[entryKey]struct{}, len(reqs))
+	count := make(map[uint32]int)
+	for i := range reqs {
+		r := &reqs[i]
+		k := entryKey{r.Key, r.LimitID(), uint32(s.hash(r.Key) & s.mask)}
+		if _, dup := seen[k]; dup {
+			continue
+		}
+		seen[k] = struct{}{}
+		if count[k.shard]++; count[k.shard] > s.shards[k.shard].max {
+			return fmt.Errorf("%w: %w: request %d: the call names more than %d distinct entries in the shard of key %q, which holds %d (see MinShardKeys)",
+				ratelimit.ErrInvalidRequest, ErrStackTooLarge, i, s.shards[k.shard].max, r.Key, s.shards[k.shard].max)
+		}
+	}
+	return nil
 }
 
 // checkTwo is check for the requests a and b of TakeTwo, without slices

@@ -87,7 +87,8 @@ func TestNewOptions(t *testing.T) {
 	}
 
 	// Valid configurations: the shard count is capped by the largest
-	// power of two not above MaxKeys, and the shard caps add up to MaxKeys.
+	// power of two not above MaxKeys/MinShardKeys (at least 1), and the
+	// shard caps add up to MaxKeys.
 	for _, tc := range []struct {
 		name                string
 		opts                []Option
@@ -97,8 +98,15 @@ func TestNewOptions(t *testing.T) {
 		{"one shard", []Option{WithShards(1)}, 1, DefaultMaxKeys},
 		{"max shards", []Option{WithShards(MaxShards)}, MaxShards, DefaultMaxKeys},
 		{"one key", []Option{WithMaxKeys(1)}, 1, 1},
-		{"100 keys, 64 shards", []Option{WithMaxKeys(100)}, 64, 100},
-		{"63 keys → 32 shards", []Option{WithMaxKeys(63)}, 32, 63},
+		{"15 keys → 1 shard", []Option{WithMaxKeys(15)}, 1, 15},
+		{"31 keys → 1 shard", []Option{WithMaxKeys(31)}, 1, 31},     // 31/16 = 1
+		{"32 keys → 2 shards", []Option{WithMaxKeys(32)}, 2, 32},    // 32/16 = 2
+		{"63 keys → 2 shards", []Option{WithMaxKeys(63)}, 2, 63},    // 63/16 = 3 → 2
+		{"64 keys → 4 shards", []Option{WithMaxKeys(64)}, 4, 64},    // 64/16 = 4
+		{"100 keys → 4 shards", []Option{WithMaxKeys(100)}, 4, 100}, // 100/16 = 6 → 4
+		{"4096 keys, 4096 shards → 256", []Option{WithShards(4096), WithMaxKeys(4096)}, 256, 4096},
+		{"the same, options swapped", []Option{WithMaxKeys(4096), WithShards(4096)}, 256, 4096},
+		{"1024 keys, 16 shards: as asked", []Option{WithMaxKeys(1024), WithShards(16)}, 16, 1024},
 		{"10,007 keys", []Option{WithMaxKeys(10_007), WithShards(16)}, 16, 10_007},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,7 +121,8 @@ func TestNewOptions(t *testing.T) {
 			}
 			assert.Equal(t, tc.wantCap, total, "shard caps add up to MaxKeys")
 			assert.LessOrEqual(t, hi-lo, 1, "caps are even")
-			assert.GreaterOrEqual(t, lo, 1, "every shard holds an entry")
+			assert.GreaterOrEqual(t, lo, min(MinShardKeys, tc.wantCap), "every shard holds MinShardKeys entries, or all of them")
+			assert.Equal(t, lo, s.minCap)
 			assert.NoError(t, s.Close())
 		})
 	}
@@ -203,6 +212,27 @@ func remaining(t testing.TB, s *Store, key string, l *ratelimit.Limit) int64 {
 	return take(t, s, ratelimit.Request{Key: key, Limit: l})[0].Remaining
 }
 
+// overfull reports whether reqs name more distinct entries in one of s's
+// shards than it holds: the calls Take and Adjust refuse with
+// ErrStackTooLarge.
+func overfull(s *Store, reqs []ratelimit.Request) bool {
+	type entry struct{ key, id string }
+	perShard := map[uint64]map[entry]bool{}
+	for _, r := range reqs {
+		idx := s.hash(r.Key) & s.mask
+		if perShard[idx] == nil {
+			perShard[idx] = map[entry]bool{}
+		}
+		perShard[idx][entry{r.Key, r.Limit.ID()}] = true
+	}
+	for idx, m := range perShard {
+		if len(m) > s.shards[idx].max {
+			return true
+		}
+	}
+	return false
+}
+
 // shardLensWithinCaps checks the cap shard by shard.
 func shardLensWithinCaps(t *testing.T, s *Store) {
 	t.Helper()
@@ -287,14 +317,17 @@ func TestEvictionSparesTheCallsOwnEntries(t *testing.T) {
 	assert.Equal(t, int64(90), remaining(t, s, "c", &l))
 	assert.Equal(t, int64(80), remaining(t, s, "d", &l))
 
-	// One entry fits and the call needs two: the cap holds; the second
-	// entry cannot be kept, so that key starts afresh.
+	// One entry fits and the call needs two: the call cannot be stored
+	// whole, so it fails before anything is charged (it used to keep the
+	// first entry and drop the second, whose limit then never refused).
 	s, _ = newTestStore(t, WithShards(1), WithMaxKeys(1))
-	out := take(t, s, req("a", 10), req("b", 20))
-	assert.True(t, out[0].Allowed && out[1].Allowed)
-	assert.Equal(t, 1, s.Len())
-	assert.Equal(t, int64(90), remaining(t, s, "a", &l))
-	assert.Equal(t, int64(100), remaining(t, s, "b", &l))
+	out := make([]ratelimit.Decision, 2)
+	err := s.Take(context.Background(), []ratelimit.Request{req("a", 10), req("b", 20)}, out)
+	assert.ErrorIs(t, err, ErrStackTooLarge)
+	assert.ErrorIs(t, err, ratelimit.ErrInvalidRequest)
+	assert.Equal(t, make([]ratelimit.Decision, 2), out, "nothing written")
+	assert.Equal(t, 0, s.Len(), "nothing charged")
+	assert.Equal(t, int64(100), remaining(t, s, "a", &l))
 }
 
 func TestSweepForgetsExpired(t *testing.T) {

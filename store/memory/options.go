@@ -10,6 +10,16 @@ import (
 // cannot use.
 var ErrInvalidOption = errors.New("memory: invalid option")
 
+// ErrStackTooLarge is wrapped, together with ratelimit.ErrInvalidRequest, by
+// the error Take and Adjust return for a stack that names more distinct
+// (key, limit) entries in one shard than the shard can hold (MinShardKeys
+// at least, unless MaxKeys is smaller): such a stack cannot be stored whole,
+// so it is refused before anything is locked or charged, rather than
+// decided as if the entries that do not fit were fresh. The entries of one
+// key share a shard, so a stack on one key fits when it has at most
+// min(MaxKeys, MinShardKeys) distinct limits.
+var ErrStackTooLarge = errors.New("memory: stack has more entries in one shard than the shard holds")
+
 const (
 	// DefaultMaxKeys is the default cap on stored (key, limit) entries.
 	DefaultMaxKeys = 1 << 20
@@ -17,6 +27,15 @@ const (
 	DefaultShards = 64
 	// MaxShards is the largest number of shards WithShards accepts.
 	MaxShards = 1 << 16
+	// MinShardKeys is the fewest entries a shard is sized to hold: New
+	// uses at most MaxKeys/MinShardKeys shards (rounded down to a power of
+	// two, and at least one), so that the limits of one key, which share
+	// a shard, fit in it together with other keys' entries. It is twice
+	// the longest stack decided without allocating (8 requests): a stack
+	// of one key under up to 16 limits always fits (when MaxKeys ≥ 16),
+	// and a full shard keeps candidates for eviction besides the entries
+	// of a call of 8.
+	MinShardKeys = 16
 )
 
 // Option configures a Store built by New.
@@ -63,7 +82,10 @@ func WithClock(now func() time.Time) Option {
 
 // WithMaxKeys caps the number of stored (key, limit) entries at n (n ≥ 1;
 // default DefaultMaxKeys, 1,048,576). When the cap is reached, new entries
-// evict old ones as the package documentation describes.
+// evict old ones as the package documentation describes. The cap also
+// bounds the number of shards (see WithShards): below 2×MinShardKeys the
+// store has one shard, of n entries, and a stack of more than n distinct
+// entries fails with ErrStackTooLarge.
 func WithMaxKeys(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -76,9 +98,13 @@ func WithMaxKeys(n int) Option {
 
 // WithShards sets the number of independently locked shards: a power of two
 // from 1 to MaxShards (default DefaultShards, 64). More shards mean less
-// lock contention between keys. The store uses fewer shards when MaxKeys is
-// smaller than n (the largest power of two not above MaxKeys), so that
-// every shard can hold at least one entry.
+// lock contention between keys. n is an upper bound: the store uses fewer
+// shards when MaxKeys/MinShardKeys is smaller than n (the largest power of
+// two not above MaxKeys/MinShardKeys, and at least one), so that every
+// shard holds at least MinShardKeys entries (all of MaxKeys when it is
+// smaller), enough for the limits of one key, which share a shard. The
+// clamp is silent, like the order of the options: WithShards(4096) with
+// WithMaxKeys(4096) makes 256 shards of 16 entries.
 func WithShards(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > MaxShards || n&(n-1) != 0 {

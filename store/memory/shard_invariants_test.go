@@ -82,10 +82,17 @@ func TestShardInvariantsUnderEviction(t *testing.T) {
 				}
 			}
 			out := make([]ratelimit.Decision, n)
+			var err error
 			if take {
-				require.NoError(t, s.Take(context.Background(), reqs, out))
+				err = s.Take(context.Background(), reqs, out)
 			} else {
-				require.NoError(t, s.Adjust(context.Background(), reqs, out))
+				err = s.Adjust(context.Background(), reqs, out)
+			}
+			if overfull(s, reqs) { // a stack the shards cannot hold fails whole
+				require.ErrorIs(t, err, ErrStackTooLarge)
+				require.Equal(t, make([]ratelimit.Decision, n), out)
+			} else {
+				require.NoError(t, err)
 			}
 			for i := range s.shards {
 				checkShard(t, &s.shards[i])
