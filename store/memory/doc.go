@@ -71,6 +71,20 @@
 // second ago. A sweep holds the shard's lock for a scan of its entries
 // (MaxKeys/shards of them at most, 16,384 by default).
 //
+// Expiry is final: once a shard has decided at a time at or after an
+// entry's expiry, the entry stays expired whatever the clock does next,
+// whether or not a sweep has deleted it yet. Only WithClock's clock can
+// step back (the default clock never goes back in a shard), and when it
+// does, the shard first deletes every entry expired by its latest time
+// before the step (one sweep per step back), so that usage already paid
+// off is never charged again; entries it has not seen expire are rebased
+// as the algorithms rebase a step (ratelimit.ClockStepTolerance). The
+// shard's latest time is the one that counts, not the whole store's: with
+// several shards, whether a shard had reached an entry's expiry before a
+// step back depends on the other keys it holds, which the store's random
+// hash seed picks (a store-wide latest time would put one written memory
+// word on every call of every shard).
+//
 // The number of entries never exceeds MaxKeys (WithMaxKeys, default
 // 1,048,576). The cap is divided evenly between the shards, so eviction can
 // start in one shard slightly before the store as a whole holds MaxKeys

@@ -281,10 +281,15 @@ func valid(r *ratelimit.Request, take bool) bool {
 
 // lockOne locks the shard sh, whose index is idx, and returns the time to
 // decide at, reading the default clock as one explains: before locking.
+// WithClock's clock is read with the lock held, and a step back of it
+// first deletes the entries expired by the shard's last time
+// (shard.observe).
 func (s *Store) lockOne(sh *shard, idx uint32) int64 {
 	if s.wall != nil {
 		sh.mu.Lock()
-		return s.wallNow([]uint32{idx})
+		now := s.wallNow([]uint32{idx})
+		sh.observe(now)
+		return now
 	}
 	now := s.monotonic()
 	sh.mu.Lock()
@@ -294,13 +299,18 @@ func (s *Store) lockOne(sh *shard, idx uint32) int64 {
 // lock locks the shards in locked, in that order, and returns the time to
 // decide at, in µs since the Unix epoch, by the store's clock: see one for
 // the default clock, read before locking, and the latest time decided in
-// any of the shards.
+// any of the shards; WithClock's clock is read with the locks held, and
+// observed by each shard as in lockOne.
 func (s *Store) lock(locked []uint32) int64 {
 	if s.wall != nil {
 		for _, idx := range locked {
 			s.shards[idx].mu.Lock()
 		}
-		return s.wallNow(locked)
+		now := s.wallNow(locked)
+		for _, idx := range locked {
+			s.shards[idx].observe(now)
+		}
+		return now
 	}
 	now := s.monotonic()
 	for _, idx := range locked {

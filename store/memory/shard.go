@@ -53,8 +53,9 @@ type name struct {
 // (shared by the cores' caches) or written only to insert and remove.
 type shardData struct {
 	mu sync.Mutex
-	// clock is the latest time decided in the shard by the default
-	// clock, in µs (see advance).
+	// clock is the latest time decided in the shard, in µs: by the
+	// default clock, which never goes back in a shard (see advance), or
+	// the last reading of WithClock's (see observe).
 	clock int64
 	// slab and names are indexed by slot: the state numbers (no
 	// pointers) and who they belong to. A decision on an existing entry
@@ -219,6 +220,33 @@ func (sh *shard) advance(now int64) int64 {
 	}
 	sh.clock = now
 	return now
+}
+
+// observe records now, a reading of WithClock's clock taken with the shard
+// locked, as the time the shard decides at. If the clock stepped back
+// (now is before the time last decided), it first deletes every entry that
+// had expired by that time: an entry the shard has seen expire stays
+// expired, whatever the clock does next. Without this, an expired entry
+// not yet swept would come back to life when the clock steps back before
+// its expiry, and usage already paid off would be charged again, or not,
+// depending on whether a sweep happened to delete it first (which depends
+// on other keys' insertions, and on which keys share the shard). Once
+// those entries are gone, every entry left expires after the time last
+// decided, hence after now, so comparing expiries with now, as get and
+// sweep do, keeps staleness monotonic. The default clock never steps back
+// in a shard (advance), so it never needs this. The shard must be locked.
+func (sh *shard) observe(now int64) {
+	if now < sh.clock {
+		sh.stepBack(now)
+	}
+	sh.clock = now
+}
+
+// stepBack is observe's sweep, out of line: one scan of the shard per step
+// back of WithClock's clock.
+func (sh *shard) stepBack(now int64) {
+	sh.sweep(sh.clock)
+	sh.lastSweep = now // the next sweep is due a sweepInterval from now
 }
 
 // put stores st for key (hashing to h) under the limit whose ID is id, or
