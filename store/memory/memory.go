@@ -100,16 +100,16 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	if err := check(ctx, reqs, out, true); err != nil {
 		return err
 	}
-	if len(reqs) > s.minCap {
-		if err := s.fits(reqs); err != nil {
-			return err
-		}
-	}
 	switch len(reqs) {
 	case 0:
 	case 1:
-		s.one(&reqs[0], &out[0], true)
+		s.one(&reqs[0], &out[0], true) // one entry always fits (minCap ≥ 1)
 	default:
+		if len(reqs) > s.minCap {
+			if err := s.fits(reqs); err != nil {
+				return err
+			}
+		}
 		s.stack(reqs, out, true)
 	}
 	return nil
@@ -169,16 +169,16 @@ func (s *Store) Adjust(ctx context.Context, reqs []ratelimit.Request, out []rate
 	if err := check(ctx, reqs, out, false); err != nil {
 		return err
 	}
-	if len(reqs) > s.minCap {
-		if err := s.fits(reqs); err != nil {
-			return err
-		}
-	}
 	switch len(reqs) {
 	case 0:
 	case 1:
-		s.one(&reqs[0], &out[0], false)
+		s.one(&reqs[0], &out[0], false) // one entry always fits (minCap ≥ 1)
 	default:
+		if len(reqs) > s.minCap {
+			if err := s.fits(reqs); err != nil {
+				return err
+			}
+		}
 		s.stack(reqs, out, false)
 	}
 	return nil
@@ -247,8 +247,8 @@ func (s *Store) fits(reqs []ratelimit.Request) error {
 		}
 		seen[k] = struct{}{}
 		if count[k.shard]++; count[k.shard] > s.shards[k.shard].max {
-			return fmt.Errorf("%w: %w: request %d: the call names more than %d distinct entries in the shard of key %q, which holds %d (see MinShardKeys)",
-				ratelimit.ErrInvalidRequest, ErrStackTooLarge, i, s.shards[k.shard].max, r.Key, s.shards[k.shard].max)
+			return fmt.Errorf("%w: %w: request %d: the call names more distinct entries in the shard of key %q than the %d it holds (see MinShardKeys)",
+				ratelimit.ErrInvalidRequest, ErrStackTooLarge, i, r.Key, s.shards[k.shard].max)
 		}
 	}
 	return nil

@@ -242,8 +242,11 @@ func (sh *shard) observe(now int64) {
 	sh.clock = now
 }
 
-// stepBack is observe's sweep, out of line: one scan of the shard per step
-// back of WithClock's clock.
+// stepBack is observe's sweep: one scan of the shard per step back of
+// WithClock's clock. It is kept out of line so that observe, a compare and
+// a store on every decision by WithClock's clock, inlines.
+//
+//go:noinline
 func (sh *shard) stepBack(now int64) {
 	sh.sweep(sh.clock)
 	sh.lastSweep = now // the next sweep is due a sweepInterval from now
@@ -289,8 +292,9 @@ func (sh *shard) putSlow(h uint64, key, id string, slot int32, st *ratelimit.Sta
 // insert takes a slot for a new entry, sweeping or evicting first if it is
 // due or the shard is full, and links it into its chain. It returns none
 // if the entry cannot be kept: every candidate for eviction belongs to the
-// calling stack (a shard smaller than the stack), and the key will start
-// afresh.
+// calling stack. That needs a stack with more distinct entries in the
+// shard than it holds, which Take and Adjust refuse before deciding
+// (Store.fits), so it does not happen; put then keeps nothing.
 func (sh *shard) insert(h uint64, key, limitID string, now int64, protect []ratelimit.Request) int32 {
 	if now < sh.lastSweep {
 		sh.lastSweep = now // the clock moved back; measure from here
