@@ -233,6 +233,27 @@ func check(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decisi
 // store's hash seed). Take and Adjust call it only for a stack longer than
 // the smallest shard's cap, so the common stacks skip it.
 func (s *Store) fits(reqs []ratelimit.Request) error {
+	if len(reqs) <= stackN { // without allocating, as the decision itself
+		for i := range reqs {
+			r := &reqs[i]
+			idx := s.hash(r.Key) & s.mask
+			n := 0 // distinct entries of reqs[:i+1] in r's shard, if r is new
+			for j := range i + 1 {
+				q := &reqs[j]
+				if j < i && sameString(q.Key, r.Key) && sameString(q.LimitID(), r.LimitID()) {
+					n = 0 // a duplicate of an earlier request
+					break
+				}
+				if s.hash(q.Key)&s.mask == idx && firstOf(reqs[:j], q) {
+					n++
+				}
+			}
+			if n > s.shards[idx].max {
+				return s.tooLarge(i, r.Key, idx)
+			}
+		}
+		return nil
+	}
 	type entryKey struct {
 		key, limitID string
 		shard        uint32
@@ -247,11 +268,26 @@ func (s *Store) fits(reqs []ratelimit.Request) error {
 		}
 		seen[k] = struct{}{}
 		if count[k.shard]++; count[k.shard] > s.shards[k.shard].max {
-			return fmt.Errorf("%w: %w: request %d: the call names more distinct entries in the shard of key %q than the %d it holds (see MinShardKeys)",
-				ratelimit.ErrInvalidRequest, ErrStackTooLarge, i, r.Key, s.shards[k.shard].max)
+			return s.tooLarge(i, r.Key, uint64(k.shard))
 		}
 	}
 	return nil
+}
+
+// firstOf reports whether no request of reqs is for q's entry.
+func firstOf(reqs []ratelimit.Request, q *ratelimit.Request) bool {
+	for i := range reqs {
+		if sameString(reqs[i].Key, q.Key) && sameString(reqs[i].LimitID(), q.LimitID()) {
+			return false
+		}
+	}
+	return true
+}
+
+// tooLarge is fits' error for request i, on key, in the shard idx.
+func (s *Store) tooLarge(i int, key string, idx uint64) error {
+	return fmt.Errorf("%w: %w: request %d: the call names more distinct entries in the shard of key %q than the %d it holds (see MinShardKeys)",
+		ratelimit.ErrInvalidRequest, ErrStackTooLarge, i, key, s.shards[idx].max)
 }
 
 // checkTwo is check for the requests a and b of TakeTwo, without slices

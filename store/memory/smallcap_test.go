@@ -98,3 +98,29 @@ func TestStackSmallerCapThanMinShardKeys(t *testing.T) {
 	require.Equal(t, []int64{7, 3}, []int64{da.Remaining, db.Remaining})
 	require.Equal(t, int64(3), remaining(t, s, "k", &a))
 }
+
+// TestStackCheckAllocatesNothing: a stack of up to 8 requests on existing
+// entries allocates nothing even where it is longer than a shard's cap
+// and has to be checked (fits): WithMaxKeys(4), one key under 4 limits
+// named twice (8 requests, 4 distinct entries).
+func TestStackCheckAllocatesNothing(t *testing.T) {
+	s, err := New(WithClock(func() time.Time { return stepT0 }), WithMaxKeys(4))
+	require.NoError(t, err)
+	limits := make([]ratelimit.Limit, 4)
+	reqs := make([]ratelimit.Request, 8)
+	for i := range limits {
+		limits[i] = ratelimit.PerMinute(1000).Named(fmt.Sprint("l", i))
+		reqs[i] = ratelimit.Request{Key: "k", Limit: &limits[i], Cost: 1}
+		reqs[i+4] = reqs[i]
+	}
+	out := make([]ratelimit.Decision, 8)
+	ctx := context.Background()
+	require.NoError(t, s.Take(ctx, reqs, out))
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := s.Take(ctx, reqs, out); err != nil {
+			t.Fatal(err)
+		}
+	})
+	require.Zero(t, allocs)
+	require.Equal(t, int64(1000-2*102), out[7].Remaining) // 2 per call, 102 calls (AllocsPerRun's warm-up + 100, and the first)
+}
