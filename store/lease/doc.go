@@ -60,6 +60,19 @@
 // refused or fails. While one call refills a lease, the others for it wait
 // for that call (or their context) and then decide with what it brought.
 //
+// A limit charged 0 in a stack (reserve 0, settle the real usage later
+// with Adjust: Request.Cost) is refused only while it is in debt, which no
+// lease can show: a settlement on any instance may cause it. Such a limit
+// is decided locally only from an answer of the backing store that
+// admitted it, to a call sent less than L ago and after the latest Adjust
+// through this instance that charged it and left it no unit (it may be in
+// debt) or failed. Otherwise the stack's backing call includes it at cost
+// 0, and a debt refuses the stack (a hot limit's refusal is remembered as
+// any other: until then, calls that include it at cost 0 or need units of
+// it from the backing store are refused locally). So a debt is enforced on
+// every instance at most L after it arose at the backing store, and at
+// once on the instance whose settlement caused it.
+//
 // What passes straight through, one backing call per call as without the
 // decorator: cold keys; LeakyBucket limits, whose Delay is a place in a
 // schedule the fleet shares, SlidingLog limits, which record each
@@ -72,7 +85,8 @@
 // requests or naming one (key, limit) pair twice; calls beyond WithMaxKeys
 // tracked pairs; every call after Close. Adjust (settlement, refunds)
 // always passes through: a refund of units handed out from a lease
-// reaches the backing store, where the lease was charged.
+// reaches the backing store, where the lease was charged (and a charge
+// that leaves a limit no unit makes its next cost-0 use ask, above).
 //
 // Through a ratelimit.Limiter, a call that a lease decides makes no store
 // call with the store timeout: the Store is a ratelimit.LocalTaker, whose

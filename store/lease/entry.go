@@ -35,6 +35,11 @@ type entry struct {
 	view   view
 	block  block
 	winEnd int64 // the latest lease's window end, backing µs (FixedWindow)
+	// settled is the local µs at which an Adjust through the Store that
+	// may have put the pair in debt returned (it charged the pair and
+	// left it no unit, or failed); 0: none. A cost of 0 is described
+	// only from an answer to a call sent after it (see fresh).
+	settled int64
 
 	busy chan struct{} // non-nil while a call refills the lease; closed when it ends
 	pins int32         // calls in flight that hold a pointer to the entry
@@ -60,14 +65,26 @@ type view struct {
 	// unit handed out here since, from when it was handed out.
 	reset, resetAt int64
 	at             int64 // the answer's time by the backing store's clock, µs
+	sent           int64 // local µs when the call it answered was sent
 	recv           int64 // local µs when it arrived; 0: never
+	refused        bool  // the answer refused the pair (it may be in debt)
 }
 
-// setView records the backing store's answer d for the pair, which arrived
-// at recv, with the units the lease holds now.
-func (e *entry) setView(d *ratelimit.Decision, recv int64) {
+// setView records the backing store's answer d for the pair to a call sent
+// at sent, which arrived at recv, with the units the lease holds now.
+func (e *entry) setView(d *ratelimit.Decision, sent, recv int64) {
 	e.view = view{remaining: d.Remaining, reset: max(0, d.Reset.Microseconds()-e.unitTime(e.lease.left)),
-		resetAt: recv, at: d.At, recv: recv}
+		resetAt: recv, at: d.At, sent: sent, recv: recv}
+}
+
+// fresh reports whether the view may admit the pair at cost 0 at now: a
+// cost of 0 is refused only while the limit is in debt, which an Adjust
+// (this instance's or another's) may have caused since any answer, so the
+// answer must have admitted the pair, to a call sent less than a lifetime
+// ago and after the latest Adjust through this Store that may have put the
+// pair in debt. Otherwise the call asks the backing store (see slow).
+func (e *entry) fresh(now, life int64) bool {
+	return e.view.recv != 0 && !e.view.refused && now-e.view.sent < life && e.view.sent > e.settled
 }
 
 // use records n units handed out from the lease at now: for a bucket, the
@@ -294,11 +311,11 @@ func busyOf(ents []*entry) chan struct{} {
 }
 
 // serveLocal decides the stack from the leases when each covers its cost
-// (a limit of cost 0 needs an answer from the backing store to describe),
-// charging all of them; it reports whether it did.
-func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now int64) bool {
+// (a limit of cost 0 needs a fresh answer from the backing store that
+// admitted it: see fresh), charging all of them; it reports whether it did.
+func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now, life int64) bool {
 	for i, e := range ents {
-		if c := reqs[i].Cost; c > 0 && (c > e.lease.left || now >= e.lease.end) || c == 0 && e.view.recv == 0 {
+		if c := reqs[i].Cost; c > 0 && (c > e.lease.left || now >= e.lease.end) || c == 0 && !e.fresh(now, life) {
 			return false
 		}
 	}
@@ -312,7 +329,8 @@ func serveLocal(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entr
 
 // refuseCached refuses the stack locally when one of its limits would need
 // at least as many units from the backing store as it refused within its
-// remembered refusal, and every other limit is covered by its lease or was
+// remembered refusal (a refusal of cost 0, a debt, refuses every positive
+// need and cost 0), and every other limit is covered by its lease or was
 // described by the backing store within the last lifetime; it reports
 // whether it did. Nothing is charged.
 func refuseCached(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now, life int64) bool {
@@ -323,7 +341,7 @@ func refuseCached(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*en
 		}
 		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
 		switch {
-		case need > 0 && now < e.block.until && need >= e.block.need:
+		case e.blocks(reqs[i].Cost, need, now):
 			blocked = true
 		case need > 0 && (e.view.recv == 0 || now-e.view.recv >= life):
 			return false // nothing recent to describe it with
@@ -337,10 +355,20 @@ func refuseCached(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*en
 	for i, e := range ents {
 		need := reqs[i].Cost - min(e.lease.left, reqs[i].Cost)
 		d := e.decision(reqs[i].Limit, now, true)
-		if need > 0 && now < e.block.until && need >= e.block.need {
+		if e.blocks(reqs[i].Cost, need, now) {
 			d.Allowed, d.RetryAfter = false, time.Duration(e.block.until-now)*time.Microsecond
 		}
 		out[i] = d
 	}
 	return true
+}
+
+// blocks reports whether the remembered refusal refuses a request of cost
+// units that needs need of them from the backing store at now: one that
+// needs at least as many as were refused, or, when a cost of 0 was refused
+// (the limit is in debt), any positive need and a cost of 0 (a cost its
+// lease covers needs nothing from the backing store, which would not be
+// asked about it).
+func (e *entry) blocks(cost, need, now int64) bool {
+	return now < e.block.until && (need > 0 && need >= e.block.need || cost == 0 && e.block.need == 0)
 }

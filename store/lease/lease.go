@@ -180,14 +180,15 @@ func (s *Store) Take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 // and returns true, when Take would decide them locally at once: every
 // (key, limit) pair of the stack is one the Store decorates (see the
 // package documentation) and already tracks, none has a refill in
-// flight, and either every pair's live lease covers its cost (the stack
-// is admitted, its units handed out from the leases) or a remembered
-// refusal refuses the stack (see Decisions). It then counts the call's
-// demand and the local decision (Stats.Local) as Take does. Otherwise (a
-// malformed call, a pair not tracked, a lease that does not cover its
-// cost or has ended, a refill in flight, a call the Store passes through,
-// a closed Store) it returns false having changed nothing, and the
-// caller calls Take. It never calls the backing store and waits only for
+// flight, and either every pair's live lease covers its cost (a pair of
+// cost 0: a fresh answer of the backing store admitted it, see the package
+// documentation; the stack is admitted, its units handed out from the
+// leases) or a remembered refusal refuses the stack (see Decisions). It
+// then counts the call's demand and the local decision (Stats.Local) as
+// Take does. Otherwise (a malformed call, a pair not tracked, a lease
+// that does not cover its cost or has ended, a refill in flight, a call
+// the Store passes through, a closed Store) it returns false having
+// changed nothing, and the caller calls Take. It never calls the backing store and waits only for
 // its shards' locks; it allocates nothing.
 func (s *Store) TryTake(reqs []ratelimit.Request, out []ratelimit.Decision) bool {
 	if !s.decorates(reqs) || ratelimit.CheckRequests(reqs, out, true) != nil {
@@ -217,7 +218,7 @@ func (s *Store) TryTake(reqs []ratelimit.Request, out []ratelimit.Decision) bool
 	}
 	now := s.now()
 	decided := decorated(reqs, ents) && busyOf(ents) == nil &&
-		(serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life))
+		(serveLocal(reqs, out, ents, now, s.life) || refuseCached(reqs, out, ents, now, s.life))
 	if decided {
 		// The demand is counted as take counts it (before deciding:
 		// neither serveLocal nor refuseCached reads it).
@@ -251,7 +252,7 @@ func (s *Store) TryTakeOne(r ratelimit.Request) (decided, allowed bool, remainin
 	ents := [1]*entry{e}
 	now := s.now()
 	if decorated(reqs[:], ents[:]) && e.busy == nil &&
-		(serveLocal(reqs[:], out[:], ents[:], now) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
+		(serveLocal(reqs[:], out[:], ents[:], now, s.life) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
 		e.observe(now, r.Cost, s.life)
 		sh.local++
 		decided = true
@@ -290,7 +291,7 @@ func (s *Store) TryTakeTwo(keyA string, limitA *ratelimit.Limit, costA int64, ke
 	if ents[0], ents[1] = s.lookup(ha, &reqs[0]), s.lookup(hb, &reqs[1]); ents[0] != nil && ents[1] != nil {
 		now := s.now()
 		if decorated(reqs[:], ents[:]) && ents[0].busy == nil && ents[1].busy == nil &&
-			(serveLocal(reqs[:], out[:], ents[:], now) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
+			(serveLocal(reqs[:], out[:], ents[:], now, s.life) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
 			ents[0].observe(now, costA, s.life)
 			ents[1].observe(now, costB, s.life)
 			s.shards[lo].local++
@@ -366,10 +367,31 @@ func (s *Store) TakeTwo(ctx context.Context, keyA string, limitA *ratelimit.Limi
 // Adjust implements ratelimit.Store: settlements go straight to the
 // backing store. A refund of units that were handed out from a lease
 // reaches the backing store, where the lease was charged, so nothing is
-// counted twice.
+// counted twice. A charge that leaves a tracked limit no unit (it may be
+// in debt), or fails (it may have been applied), makes the next stacks
+// that include that limit at cost 0 ask the backing store about it, which
+// refuses them while it is in debt (see fresh).
 func (s *Store) Adjust(ctx context.Context, reqs []ratelimit.Request, out []ratelimit.Decision) error {
 	s.adjusts.Add(1)
-	return s.backing.Adjust(ctx, reqs, out)
+	err := s.backing.Adjust(ctx, reqs, out)
+	var now int64
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Cost <= 0 || r.Limit == nil || err == nil && (i >= len(out) || out[i].Remaining > 0) {
+			continue
+		}
+		if now == 0 {
+			now = s.now() // after the backing call: a later call sees the charge
+		}
+		h := s.hash(r.Key)
+		sh := &s.shards[shardOf(h)]
+		sh.mu.Lock()
+		if e := s.lookup(h, r); e != nil {
+			e.settled = max(e.settled, now)
+		}
+		sh.mu.Unlock()
+	}
+	return err
 }
 
 // pass sends a Take to the backing store unchanged.
@@ -488,7 +510,7 @@ func (s *Store) take(ctx context.Context, reqs []ratelimit.Request, out []rateli
 	for i, e := range ents {
 		e.observe(now, reqs[i].Cost, s.life)
 	}
-	if busyOf(ents) == nil && (serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life)) {
+	if busyOf(ents) == nil && (serveLocal(reqs, out, ents, now, s.life) || refuseCached(reqs, out, ents, now, s.life)) {
 		s.shards[locked[0]].local++
 		observedLocal = true
 	}
@@ -557,7 +579,7 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 				s.dropped.Add(uint64(dropped))
 			}
 		}
-		if serveLocal(reqs, out, ents, now) || refuseCached(reqs, out, ents, now, s.life) {
+		if serveLocal(reqs, out, ents, now, s.life) || refuseCached(reqs, out, ents, now, s.life) {
 			s.shards[locked[0]].local++
 			s.unlock(locked)
 			_ = s.giveBack(ctx, rets) // a failure is counted: the decision stands
@@ -597,9 +619,10 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 				}
 				e.busy, c.busy = ch, true
 			}
-			if c.need > 0 || reqs[i].Cost == 0 && e.view.recv == 0 {
-				// (A limit of cost 0 that was never described is
-				// peeked at in the same call.)
+			if c.need > 0 || reqs[i].Cost == 0 && !e.fresh(now, s.life) {
+				// (A limit of cost 0 that no fresh answer admitted is
+				// peeked at in the same call: if it is in debt, the
+				// stack is refused.)
 				in = append(in, i)
 			}
 		}
@@ -640,7 +663,7 @@ func (s *Store) slow(ctx context.Context, reqs []ratelimit.Request, out []rateli
 			rets = s.admit(reqs, out, ents, calls, in, bout, now, sent, recv, rets)
 		default:
 			rets = restoreUnits(ents, calls, now, rets)
-			s.refuse(reqs, out, ents, calls, in, breqs, bout, now, recv)
+			s.refuse(reqs, out, ents, calls, in, breqs, bout, now, sent, recv)
 		}
 		if s.closed.Load() {
 			// Close has run while the call was in flight, and its sweep
@@ -779,7 +802,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 			e.winEnd = windowEnd(l, d)
 			s.leased.Add(uint64(c.extra))
 		}
-		e.setView(d, recv)
+		e.setView(d, sent, recv)
 		out[i] = e.decision(l, recv, true)
 	}
 	return rets
@@ -791,7 +814,7 @@ func (s *Store) admit(reqs []ratelimit.Request, out []ratelimit.Decision, ents [
 // RetryAfter, but at most one lifetime: by then every lease that other
 // instances held at the refusal has ended and its unused units are back.
 func (s *Store) refuse(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, calls []call, in []int,
-	breqs []ratelimit.Request, bout []ratelimit.Decision, now, recv int64) {
+	breqs []ratelimit.Request, bout []ratelimit.Decision, now, sent, recv int64) {
 	j := 0
 	for i := range reqs {
 		e, c, l := ents[i], &calls[i], reqs[i].Limit
@@ -801,9 +824,10 @@ func (s *Store) refuse(reqs []ratelimit.Request, out []ratelimit.Decision, ents 
 		}
 		d := &bout[j]
 		j++
-		e.setView(d, recv)
+		e.setView(d, sent, recv)
 		od := e.decision(l, recv, true)
 		if !needFits(d, c.need, breqs[j-1].Cost) {
+			e.view.refused = true
 			od.Allowed = false
 			od.RetryAfter = retryFor(l, d, breqs[j-1].Cost-c.need)
 			if od.RetryAfter > 0 && e.hot(now, s.life, s.hot) {
