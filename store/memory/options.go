@@ -49,10 +49,10 @@ type config struct {
 
 // WithClock sets the clock the store decides by: any clock, for example a
 // fake one in tests, or time.Now to follow the wall clock exactly. The
-// clock may move backwards, which creates no capacity and revives no
-// expired entry (see "Memory, expiry and sweeping" in the package
-// documentation); each step back costs a sweep of every shard it reaches. now must not be nil
-// and must be safe for concurrent use. The store calls it once per call,
+// clock may move backwards, which creates no capacity and revives no entry
+// its shard has seen expire (see "Memory, expiry and sweeping" in the
+// package documentation); each step back costs a sweep of every shard it
+// reaches. now must not be nil and must be safe for concurrent use. The store calls it once per call,
 // with shard locks held, so it must return promptly and must not call the
 // store (a panic in it unlocks them before it propagates).
 //
