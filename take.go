@@ -164,31 +164,44 @@ func (l *Limiter) callOne(ctx context.Context, r Request, out *Decision) error {
 // one. It tries only while ctx has not ended: a call on an ended context
 // goes to the store's Take, which reports it.
 func (l *Limiter) tryTake(ctx context.Context, reqs []Request, out []Decision) bool {
-	if ctx.Err() != nil {
+	start, ok := l.tryStart(ctx)
+	if !ok {
 		return false
-	}
-	var start time.Time
-	if l.hooks.OnStoreCall != nil {
-		start = l.now()
 	}
 	if !l.local.TryTake(reqs, out) {
 		return false
 	}
-	if !l.quiet(nil, nil) {
-		_ = l.called(ctx, ctx, nil, OpTake, len(reqs), start, nil) // nil: no error to classify
-	}
+	l.tryDone(ctx, len(reqs), start)
 	return true
+}
+
+// tryStart begins a LocalTaker attempt with ctx: it reports false when
+// ctx has ended (the call goes to the store's Take, which reports it),
+// and the attempt's start time when Hooks.OnStoreCall is set.
+func (l *Limiter) tryStart(ctx context.Context) (start time.Time, ok bool) {
+	if ctx.Err() != nil {
+		return time.Time{}, false
+	}
+	if l.hooks.OnStoreCall != nil {
+		start = l.now()
+	}
+	return start, true
+}
+
+// tryDone ends an attempt that decided n requests as called ends a
+// successful store call.
+func (l *Limiter) tryDone(ctx context.Context, n int, start time.Time) {
+	if !l.quiet(nil, nil) {
+		_ = l.called(ctx, ctx, nil, OpTake, n, start, nil) // nil: no error to classify
+	}
 }
 
 // tryOne is tryTake for the one request r, through TryTakeOne, writing
 // the decision to *out (see callOne).
 func (l *Limiter) tryOne(ctx context.Context, r Request, out *Decision) bool {
-	if ctx.Err() != nil {
+	start, ok := l.tryStart(ctx)
+	if !ok {
 		return false
-	}
-	var start time.Time
-	if l.hooks.OnStoreCall != nil {
-		start = l.now()
 	}
 	decided, allowed, remaining, reset, retryAfter, delay, at := l.local.TryTakeOne(r)
 	if !decided {
@@ -196,9 +209,7 @@ func (l *Limiter) tryOne(ctx context.Context, r Request, out *Decision) bool {
 	}
 	out.Limit, out.Allowed, out.Remaining, out.Reset = r.Limit, allowed, remaining, reset
 	out.RetryAfter, out.Delay, out.At = retryAfter, delay, at
-	if !l.quiet(nil, nil) {
-		_ = l.called(ctx, ctx, nil, OpTake, 1, start, nil) // nil: no error to classify
-	}
+	l.tryDone(ctx, 1, start)
 	return true
 }
 
@@ -509,12 +520,9 @@ func (l *Limiter) callTwo(ctx context.Context, key string, limits []Limit, costs
 // through TryTakeTwo, writing the decisions to ds[0] and ds[1] (see
 // callTwo).
 func (l *Limiter) tryTwo(ctx context.Context, key string, limits []Limit, costs []int64, ds []Decision) bool {
-	if ctx.Err() != nil {
+	start, ok := l.tryStart(ctx)
+	if !ok {
 		return false
-	}
-	var start time.Time
-	if l.hooks.OnStoreCall != nil {
-		start = l.now()
 	}
 	la, lb := &limits[0], &limits[1]
 	decided, allowedA, remainingA, resetA, retryAfterA, delayA, atA,
@@ -525,9 +533,7 @@ func (l *Limiter) tryTwo(ctx context.Context, key string, limits []Limit, costs 
 	a, b := &ds[0], &ds[1]
 	a.Limit, a.Allowed, a.Remaining, a.Reset, a.RetryAfter, a.Delay, a.At = la, allowedA, remainingA, resetA, retryAfterA, delayA, atA
 	b.Limit, b.Allowed, b.Remaining, b.Reset, b.RetryAfter, b.Delay, b.At = lb, allowedB, remainingB, resetB, retryAfterB, delayB, atB
-	if !l.quiet(nil, nil) {
-		_ = l.called(ctx, ctx, nil, OpTake, 2, start, nil) // nil: no error to classify
-	}
+	l.tryDone(ctx, 2, start)
 	return true
 }
 

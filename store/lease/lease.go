@@ -217,8 +217,7 @@ func (s *Store) TryTake(reqs []ratelimit.Request, out []ratelimit.Decision) bool
 		ents[i] = e
 	}
 	now := s.now()
-	decided := decorated(reqs, ents) && busyOf(ents) == nil &&
-		(serveLocal(reqs, out, ents, now, s.life) || refuseCached(reqs, out, ents, now, s.life))
+	decided := s.decidesLocally(reqs, out, ents, now)
 	if decided {
 		// The demand is counted as take counts it (before deciding:
 		// neither serveLocal nor refuseCached reads it).
@@ -229,6 +228,16 @@ func (s *Store) TryTake(reqs []ratelimit.Request, out []ratelimit.Decision) bool
 	}
 	s.unlock(locked)
 	return decided
+}
+
+// decidesLocally reports whether a LocalTaker attempt decides reqs, whose
+// entries are ents, at now, the decisions then written to out: the Store
+// decorates them (decorated), no refill of theirs is in flight, and their
+// leases serve them (serveLocal) or a cached refusal refuses them
+// (refuseCached). The entries' shards must be locked.
+func (s *Store) decidesLocally(reqs []ratelimit.Request, out []ratelimit.Decision, ents []*entry, now int64) bool {
+	return decorated(reqs, ents) && busyOf(ents) == nil &&
+		(serveLocal(reqs, out, ents, now, s.life) || refuseCached(reqs, out, ents, now, s.life))
 }
 
 // TryTakeOne implements ratelimit.LocalTaker: TryTake of the one request
@@ -251,8 +260,7 @@ func (s *Store) TryTakeOne(r ratelimit.Request) (decided, allowed bool, remainin
 	}
 	ents := [1]*entry{e}
 	now := s.now()
-	if decorated(reqs[:], ents[:]) && e.busy == nil &&
-		(serveLocal(reqs[:], out[:], ents[:], now, s.life) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
+	if s.decidesLocally(reqs[:], out[:], ents[:], now) {
 		e.observe(now, r.Cost, s.life)
 		sh.local++
 		decided = true
@@ -290,8 +298,7 @@ func (s *Store) TryTakeTwo(keyA string, limitA *ratelimit.Limit, costA int64, ke
 	var ents [2]*entry
 	if ents[0], ents[1] = s.lookup(ha, &reqs[0]), s.lookup(hb, &reqs[1]); ents[0] != nil && ents[1] != nil {
 		now := s.now()
-		if decorated(reqs[:], ents[:]) && ents[0].busy == nil && ents[1].busy == nil &&
-			(serveLocal(reqs[:], out[:], ents[:], now, s.life) || refuseCached(reqs[:], out[:], ents[:], now, s.life)) {
+		if s.decidesLocally(reqs[:], out[:], ents[:], now) {
 			ents[0].observe(now, costA, s.life)
 			ents[1].observe(now, costB, s.life)
 			s.shards[lo].local++

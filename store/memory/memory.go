@@ -241,13 +241,12 @@ func (s *Store) fits(reqs []ratelimit.Request) error {
 		for i := range reqs {
 			r := &reqs[i]
 			idx := s.hash(r.Key) & s.mask
-			n := 0 // distinct entries of reqs[:i+1] in r's shard, if r is new
+			if !firstOf(reqs[:i], r) {
+				continue // a duplicate of an earlier request: counted there
+			}
+			n := 0 // distinct entries of reqs[:i+1] in r's shard
 			for j := range i + 1 {
 				q := &reqs[j]
-				if j < i && sameString(q.Key, r.Key) && sameString(q.LimitID(), r.LimitID()) {
-					n = 0 // a duplicate of an earlier request
-					break
-				}
 				if s.hash(q.Key)&s.mask == idx && firstOf(reqs[:j], q) {
 					n++
 				}
