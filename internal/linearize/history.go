@@ -91,6 +91,13 @@ type Recorder struct {
 	ops      []porcupine.Operation
 	outcomes [Failed + 1]int
 	failures []error // the first few Failed errors
+	kills    []kill
+}
+
+// kill is a Killed record: no call on keys runs after at.
+type kill struct {
+	keys map[string]bool
+	at   int64
 }
 
 // NewRecorder returns an empty Recorder.
@@ -158,11 +165,45 @@ func (r *Recorder) Fault(kind Kind, keys []string, from, to time.Time) {
 	})
 }
 
-// Operations returns the history recorded so far.
+// Killed records that at, the only server that could still run the calls
+// on the caller keys keys was dead, so that none of them ran after it: a
+// call on one of them invoked before at that timed out (whose response is
+// Never) responds at at in Operations, like a Lost call at its error. The
+// server must not have run anything between its last answer and at (a
+// SIGKILL, or a SIGSTOP followed by one: a stopped process runs nothing).
+// An operation bounded this way may only be linearized earlier than a
+// Never would let it, so the bound can fail a history the unbounded one
+// passes, never the converse; it keeps the calls that timed out on a hung
+// master from being concurrent with everything after them, which makes
+// the checker's work grow exponentially with their number.
+func (r *Recorder) Killed(keys []string, at time.Time) {
+	k := kill{keys: map[string]bool{}, at: at.UnixNano()}
+	for _, key := range keys {
+		k.keys[key] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kills = append(r.kills, k)
+}
+
+// Operations returns the history recorded so far, bounded by Killed.
 func (r *Recorder) Operations() []porcupine.Operation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]porcupine.Operation(nil), r.ops...)
+	ops := append([]porcupine.Operation(nil), r.ops...)
+	for i := range ops {
+		op := &ops[i]
+		if op.Return != Never {
+			continue
+		}
+		for _, k := range r.kills {
+			if op.Call < k.at && k.keys[op.Input.(Input).Key] {
+				op.Return = k.at
+				break
+			}
+		}
+	}
+	return ops
 }
 
 // Outcomes returns how many calls ended with each Outcome.

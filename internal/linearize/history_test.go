@@ -8,8 +8,12 @@ import (
 	"net"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/rampmeter/ratelimit"
 )
 
 // replyError is an error reply from Redis, as go-redis returns it.
@@ -50,3 +54,47 @@ type timeoutError struct{}
 func (timeoutError) Error() string   { return "i/o timeout" }
 func (timeoutError) Timeout() bool   { return true }
 func (timeoutError) Temporary() bool { return true }
+
+// errStore is a store whose every call fails with err.
+type errStore struct {
+	ratelimit.Store
+	err error
+}
+
+func (s errStore) Take(context.Context, []ratelimit.Request, []ratelimit.Decision) error {
+	return s.err
+}
+
+// TestKilledBoundsTimedOutCalls: Killed gives a call that timed out on
+// one of its keys, invoked before the kill, the kill as its response; a
+// call on another key, a call invoked after the kill, a lost call and a
+// call that succeeded keep theirs.
+func TestKilledBoundsTimedOutCalls(t *testing.T) {
+	rec := NewRecorder()
+	timeout := errStore{err: fmt.Errorf("redisstore: take: %w", context.DeadlineExceeded)}
+	lost := errStore{err: io.EOF}
+	take := func(s ratelimit.Store, key string) {
+		_, _ = rec.Take(context.Background(), s, 0, 1, []ratelimit.Request{{Key: key, Limit: tb, Cost: 1}})
+	}
+	take(timeout, "hit")   // 0: bounded
+	take(timeout, "other") // 1: another key
+	take(lost, "hit")      // 2: lost, responds at its error
+	before := rec.Operations()
+	time.Sleep(time.Millisecond) // the kill follows the calls by a tick of the wall clock
+	at := time.Now()
+	rec.Killed([]string{"hit"}, at)
+	time.Sleep(time.Millisecond)
+	take(timeout, "hit") // 3: invoked after the kill
+
+	ops := rec.Operations()
+	require.Len(t, ops, 4)
+	assert.Equal(t, at.UnixNano(), ops[0].Return)
+	assert.Equal(t, int64(Never), ops[1].Return)
+	assert.Equal(t, before[2].Return, ops[2].Return)
+	assert.Less(t, ops[2].Return, at.UnixNano())
+	assert.Equal(t, int64(Never), ops[3].Return)
+	for _, op := range ops {
+		assert.True(t, op.Output.(Output).Unknown)
+	}
+	assert.Equal(t, int64(Never), before[0].Return, "Operations before Killed")
+}
