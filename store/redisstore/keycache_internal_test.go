@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"strconv"
 	"testing"
 
@@ -100,7 +101,16 @@ func TestLimitEntry(t *testing.T) {
 	l := ratelimit.PerMinute(60).Named("rpm")
 	copied := l
 	rebuilt := ratelimit.PerMinute(60).Named("rpm")
+	// other's ID must not share the hash table's slot with l's (one seed
+	// in 64 would make it so): the hash lookup below would then miss, as
+	// it may, and make an equal entry anew.
+	hslot := func(id string) uint64 {
+		return maphash.String(s.seed, id) >> (64 - bits.TrailingZeros(uint(len(s.limitsH))))
+	}
 	other := ratelimit.PerMinute(61).Named("rpm")
+	for rate := int64(62); hslot(other.ID()) == hslot(l.ID()); rate++ {
+		other = ratelimit.PerMinute(rate).Named("rpm")
+	}
 	for _, x := range []*ratelimit.Limit{&l, &copied, &rebuilt, &other} {
 		require.NoError(t, x.Err())
 		e := s.limit(x, x.ID())
