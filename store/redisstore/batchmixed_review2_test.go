@@ -12,12 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
-	"github.com/rampmeter/ratelimit/internal/redistest"
 )
 
 // TestReview2BatchMixedAlgorithmsMatchesLone: random batches of up to 40
@@ -169,17 +167,5 @@ func TestReview2BatchMixedAlgorithmsMatchesLone(t *testing.T) {
 			require.Equal(t, keyState(lone), keyState(bat), "seed %d round %d: stored keys", seed, round)
 		}
 	}
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprintf("miniredis/%d", seed), func(t *testing.T) {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			run(t, c, false, seed)
-		})
-		t.Run(fmt.Sprintf("redis/%d", seed), func(t *testing.T) {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			run(t, c, true, seed)
-		})
-	}
+	rvOnBoth(t, 3, run)
 }

@@ -14,12 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/rampmeter/ratelimit"
-	"github.com/rampmeter/ratelimit/internal/redistest"
 )
 
 // TestReview2InlineExtremesMatchGo holds random calls on extreme buckets,
@@ -173,37 +171,8 @@ func TestReview2InlineExtremesMatchGo(t *testing.T) {
 				require.Equal(t, want, got, "batch: %s", msg)
 			}
 			rvCheckKeys(t, c, mBat, written, since, real, fmt.Sprintf("seed %d round %d, batch", seed, round))
-			for i, cl := range calls {
-				msg := fmt.Sprintf("seed %d round %d call %d (%s %s) at %d", seed, round, i, cl.mode, rvDescribe(cl.reqs), us)
-				pin(mLone)
-				args, err := lone.command(cl.reqs, cl.mode)
-				require.NoError(t, err)
-				keys := make([]string, len(cl.reqs))
-				for j, r := range cl.reqs {
-					keys[j] = lone.Key(r.Key, r.Limit)
-				}
-				since := time.Now()
-				reply, err := lone.evalOne(t.Context(), args)
-				require.NoError(t, err, msg)
-				want, w := mLone.apply(cl.mode == "t", keys, cl.reqs, us, lone.marginMs)
-				got := make([]ratelimit.Decision, len(cl.reqs))
-				require.NoError(t, parseReply(reply, -1, cl.reqs, got), msg)
-				require.Equal(t, want, got, "lone: %s", msg)
-				rvCheckKeys(t, c, mLone, w, since, real, "lone: "+msg)
-			}
+			rvCheckLone(t, c, lone, mLone, pin, calls, us, real, fmt.Sprintf("seed %d round %d", seed, round))
 		}
 	}
-	for seed := uint64(1); seed <= 4; seed++ {
-		t.Run(fmt.Sprintf("miniredis/%d", seed), func(t *testing.T) {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			run(t, c, false, seed)
-		})
-		t.Run(fmt.Sprintf("redis/%d", seed), func(t *testing.T) {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			run(t, c, true, seed)
-		})
-	}
+	rvOnBoth(t, 4, run)
 }

@@ -135,6 +135,51 @@ func rvCheckKeys(t *testing.T, c *redis.Client, m *rvModel, written map[string]i
 	}
 }
 
+// rvOnBoth runs run for each seed from 1 to seeds on a fresh miniredis and
+// on the real redis-server, each through a client of its own; real says
+// which it is.
+func rvOnBoth(t *testing.T, seeds uint64, run func(t *testing.T, c *redis.Client, real bool, seed uint64)) {
+	t.Helper()
+	for seed := uint64(1); seed <= seeds; seed++ {
+		t.Run(fmt.Sprintf("miniredis/%d", seed), func(t *testing.T) {
+			m := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			run(t, c, false, seed)
+		})
+		t.Run(fmt.Sprintf("redis/%d", seed), func(t *testing.T) {
+			c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { _ = c.Close() })
+			run(t, c, true, seed)
+		})
+	}
+}
+
+// rvCheckLone makes calls one by one through lone at us (µs), each after
+// pin(m), and checks each reply against the Go twin m and the keys it
+// wrote (rvCheckKeys); where names the round in failure messages.
+func rvCheckLone(t *testing.T, c *redis.Client, lone *Store, m *rvModel, pin func(*rvModel), calls []rvCall, us int64, real bool, where string) {
+	t.Helper()
+	for i, cl := range calls {
+		msg := fmt.Sprintf("%s call %d (%s %s) at %d", where, i, cl.mode, rvDescribe(cl.reqs), us)
+		pin(m)
+		args, err := lone.command(cl.reqs, cl.mode)
+		require.NoError(t, err)
+		keys := make([]string, len(cl.reqs))
+		for j, r := range cl.reqs {
+			keys[j] = lone.Key(r.Key, r.Limit)
+		}
+		since := time.Now()
+		reply, err := lone.evalOne(t.Context(), args)
+		require.NoError(t, err, msg)
+		want, w := m.apply(cl.mode == "t", keys, cl.reqs, us, lone.marginMs)
+		got := make([]ratelimit.Decision, len(cl.reqs))
+		require.NoError(t, parseReply(reply, -1, cl.reqs, got), msg)
+		require.Equal(t, want, got, "lone: %s", msg)
+		rvCheckKeys(t, c, m, w, since, real, "lone: "+msg)
+	}
+}
+
 // rvCall is one Store call of a batch.
 type rvCall struct {
 	mode string // "t" or "a"
@@ -290,39 +335,10 @@ func TestReviewInlineBatchesMatchGo(t *testing.T) {
 			}
 			rvCheckKeys(t, c, mBat, written, since, real, fmt.Sprintf("seed %d round %d, batch", seed, round))
 			// The same calls one by one.
-			for i, cl := range calls {
-				msg := fmt.Sprintf("seed %d round %d call %d (%s %s) at %d", seed, round, i, cl.mode, rvDescribe(cl.reqs), us)
-				pin(mLone)
-				args, err := lone.command(cl.reqs, cl.mode)
-				require.NoError(t, err)
-				keys := make([]string, len(cl.reqs))
-				for j, r := range cl.reqs {
-					keys[j] = lone.Key(r.Key, r.Limit)
-				}
-				since := time.Now()
-				reply, err := lone.evalOne(t.Context(), args)
-				require.NoError(t, err, msg)
-				want, w := mLone.apply(cl.mode == "t", keys, cl.reqs, us, lone.marginMs)
-				got := make([]ratelimit.Decision, len(cl.reqs))
-				require.NoError(t, parseReply(reply, -1, cl.reqs, got), msg)
-				require.Equal(t, want, got, "lone: %s", msg)
-				rvCheckKeys(t, c, mLone, w, since, real, "lone: "+msg)
-			}
+			rvCheckLone(t, c, lone, mLone, pin, calls, us, real, fmt.Sprintf("seed %d round %d", seed, round))
 		}
 	}
-	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprintf("miniredis/%d", seed), func(t *testing.T) {
-			m := miniredis.RunT(t)
-			c := redis.NewClient(&redis.Options{Addr: m.Addr(), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			run(t, c, false, seed)
-		})
-		t.Run(fmt.Sprintf("redis/%d", seed), func(t *testing.T) {
-			c := redis.NewClient(&redis.Options{Addr: redistest.Addr(t), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { _ = c.Close() })
-			run(t, c, true, seed)
-		})
-	}
+	rvOnBoth(t, 3, run)
 }
 
 func rvDescribe(reqs []ratelimit.Request) string {
