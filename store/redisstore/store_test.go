@@ -110,10 +110,13 @@ func TestOneRoundTrip(t *testing.T) {
 // TestNoScriptRecovery flushes the Function library, and with Functions
 // denied the script cache, of a real server (its own, see newPrivate) and
 // checks that the next Take still decides, charges exactly once and loads
-// the library (the script) again.
+// the library (the script) again. The keys get a minute's expiry margin:
+// the first Take's state (one unit of 100 ms on the fake clock) must
+// outlast the flush and the reload on the server's wall clock, however
+// long a loaded machine stalls between them.
 func TestNoScriptRecovery(t *testing.T) {
 	t.Run("function", func(t *testing.T) {
-		e := newPrivate(t)
+		e := newPrivate(t, redisstore.WithExpiryMargin(time.Minute))
 		l := limitOf(t, ratelimit.PerSecond(10))
 		e.take(req("k", l, 1))
 		require.NoError(t, e.client.FunctionFlush(t.Context()).Err())
@@ -131,7 +134,7 @@ func TestNoScriptRecovery(t *testing.T) {
 		srv := chaos.StartRedis(t, "--user", "scripter", "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function")
 		client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "scripter", Password: "pw", ContextTimeoutEnabled: true, MaxRetries: -1})
 		t.Cleanup(func() { _ = client.Close() })
-		e := newRealOn(t, client)
+		e := newRealOn(t, client, redisstore.WithExpiryMargin(time.Minute))
 		l := limitOf(t, ratelimit.PerSecond(10))
 		e.take(req("k", l, 1))
 		require.NoError(t, e.client.ScriptFlush(t.Context()).Err())
