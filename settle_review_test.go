@@ -39,7 +39,12 @@ func TestReviewConcurrentSettlementExact(t *testing.T) {
 		},
 		"redis-pipelined": func(t *testing.T, now func() time.Time) ratelimit.Store {
 			c := redistest.Client(t)
-			s, err := redisstore.New(c, redisstore.WithPrefix(redistest.Prefix(t)), redisstore.WithClock(now), redisstore.WithPipelining())
+			// The fake clock stands still while the real server counts the
+			// keys' PX down on its wall clock: the first request's state
+			// (one unit, 86.4 ms) must outlast any stall before the next
+			// write, so the keys get an hour's margin (no decision changes).
+			s, err := redisstore.New(c, redisstore.WithPrefix(redistest.Prefix(t)), redisstore.WithClock(now), redisstore.WithPipelining(),
+				redisstore.WithExpiryMargin(time.Hour))
 			require.NoError(t, err)
 			return s
 		},
