@@ -26,9 +26,9 @@ import (
 // whose traffic vanishes, and a server that accepts connections and never
 // answers.
 //
-// Every faulted call has the 50 ms store deadline against a fault that
-// would hold it for 20 s or more (a BLPOP of 20 s, a PoolTimeout of 30 s,
-// a black hole that never answers). The tests assert that it returned
+// Every faulted call has the store deadline (callDeadline, 250 ms)
+// against a fault that would hold it for 20 s or more (a BLPOP of 20 s, a
+// PoolTimeout of 30 s, a black hole that never answers). The tests assert that it returned
 // within waitBound, 5 s: far below the hang they rule out, and a margin
 // that no load on a shared 2-core machine, nor the race detector, comes
 // near, so they run under -race too. They log the times they measure.
@@ -38,6 +38,13 @@ const (
 	hangFor   = 20 * time.Second // the BLPOP's timeout; the proxy's client's dial, read and write timeouts
 	poolWait  = 30 * time.Second // the client's PoolTimeout
 	waitBound = 5 * time.Second
+	// callDeadline is the store deadline of these tests' calls (the
+	// Limiter's, the guard's, storeTake's). Only it ends a call into a
+	// fault, and the steps that count one script sent need the client to
+	// write the script before it passes: go-redis sends nothing on a
+	// context already done, so a client stalled past a 50 ms deadline (a
+	// loaded CI machine stalls for that long) would fail them by chance.
+	callDeadline = 250 * time.Millisecond
 )
 
 // deadlineLimit has a burst of 10, and the frozen clock refills nothing:
@@ -82,7 +89,7 @@ func within(t *testing.T, what string, fn func()) {
 // storeTake calls s.Take for takeReq with the store deadline, as the
 // Limiter does, and returns its error.
 func storeTake(s ratelimit.Store) error {
-	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), callDeadline)
 	defer cancel()
 	return s.Take(ctx, takeReq(), make([]ratelimit.Decision, 1))
 }
@@ -108,7 +115,7 @@ func newLimiter(t *testing.T, s ratelimit.Store, mode ratelimit.FailureMode) *ra
 	// One name for every Limiter of a test: several share one store and
 	// its state on purpose (see WithName).
 	lim, err := ratelimit.New(s, ratelimit.WithName("chaos"), ratelimit.WithLimits(deadlineLimit), ratelimit.WithKey(ratelimit.KeyConst("tenant")),
-		ratelimit.WithStoreTimeout(deadline), ratelimit.WithFailureMode(mode))
+		ratelimit.WithStoreTimeout(callDeadline), ratelimit.WithFailureMode(mode))
 	must(t, err)
 	return lim
 }
@@ -116,7 +123,7 @@ func newLimiter(t *testing.T, s ratelimit.Store, mode ratelimit.FailureMode) *ra
 // newGuard returns store/resilient with the store deadline in front of
 // primary, and waits for its primary calls when t ends.
 func newGuard(t *testing.T, primary ratelimit.Store) *resilient.Store {
-	g, err := resilient.New(primary, resilient.WithTimeout(deadline))
+	g, err := resilient.New(primary, resilient.WithTimeout(callDeadline))
 	must(t, err)
 	t.Cleanup(func() { drain(t, g) })
 	return g
