@@ -28,10 +28,10 @@ import (
 //
 // Every faulted call has the store deadline (callDeadline, 250 ms)
 // against a fault that would hold it for 20 s or more (a BLPOP of 20 s, a
-// PoolTimeout of 30 s, a black hole that never answers). The tests assert that it returned
-// within waitBound, 5 s: far below the hang they rule out, and a margin
-// that no load on a shared 2-core machine, nor the race detector, comes
-// near, so they run under -race too. They log the times they measure.
+// PoolTimeout of 30 s, a black hole that never answers). The tests assert
+// that it returned within waitBound, 5 s: far below the hang they rule
+// out, and a margin that no load on a shared 2-core machine, nor the race
+// detector, comes near, so they run under -race too. They log the times they measure.
 // The charge state is exact: the store decides by a frozen clock, so no
 // token comes back while a test runs.
 const (

@@ -205,8 +205,10 @@ func migrateSlot(c *clustertest.Cluster, slot, src, dst int, pause time.Duration
 // other key may lose anything. Calls to the hung master time out or end
 // with its connections: their outcome is unknown, but they ran before
 // the SIGKILL or never (Recorder.Killed). Only the round in flight at
-// the SIGSTOP meets it: the next waits for the promotion and the
-// clients' reload of the slot map. Both bounds keep the checker's work
+// the SIGSTOP meets it: the next waits for the promotion and for the
+// clients to be told to reload the slot map (go-redis reloads it in the
+// background, within a few hundred ms; until then calls to the dead
+// master are refused or lost, never timed out). Both bounds keep the checker's work
 // small whatever the machine's load: each call of unknown outcome
 // multiplies the ways to order its key's history by the number of calls
 // it overlaps, and a CI run in which a slow promotion let 93 of them

@@ -176,6 +176,14 @@ func (r *Recorder) Fault(kind Kind, keys []string, from, to time.Time) {
 // passes, never the converse; it keeps the calls that timed out on a hung
 // master from being concurrent with everything after them, which makes
 // the checker's work grow exponentially with their number.
+//
+// One call invoked before at may still have run elsewhere: go-redis picks
+// a call's node when it routes it, not when it is invoked, so a client
+// that had just learnt the new master could send it there. That changes
+// no verdict as long as no call on keys is invoked between at and the
+// return of every call invoked before it (faultRounds with during 1
+// guarantees it): porcupine orders only invocations and responses, and
+// moving a response past no invocation moves nothing.
 func (r *Recorder) Killed(keys []string, at time.Time) {
 	k := kill{keys: map[string]bool{}, at: at.UnixNano()}
 	for _, key := range keys {

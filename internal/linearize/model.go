@@ -140,7 +140,8 @@ type Options struct {
 //     at all, at any point after its invocation up to its recorded
 //     response: the error time for a dropped connection (the server
 //     cannot run a script from a connection it has closed), never for a
-//     timeout (a server may still run it). It needs a driven clock: under
+//     timeout (a server may still run it) unless the only server that
+//     could run it was killed (Recorder.Killed: the kill). It needs a driven clock: under
 //     the server's clock the time it would have been decided at is
 //     unknown, so Check refuses such a history.
 func NewModel(o Options) porcupine.Model {
