@@ -31,9 +31,9 @@ import (
 // PoolTimeout of 30 s, a black hole that never answers). The tests assert
 // that it returned within waitBound, 5 s: far below the hang they rule
 // out, and a margin that no load on a shared 2-core machine, nor the race
-// detector, comes near, so they run under -race too. They log the times they measure.
-// The charge state is exact: the store decides by a frozen clock, so no
-// token comes back while a test runs.
+// detector, comes near, so they run under -race too. They log the times
+// they measure. The charge state is exact: the store decides by a frozen
+// clock, so no token comes back while a test runs.
 const (
 	hangFor   = 20 * time.Second // the BLPOP's timeout; the proxy's client's dial, read and write timeouts
 	poolWait  = 30 * time.Second // the client's PoolTimeout

@@ -208,11 +208,11 @@ func migrateSlot(c *clustertest.Cluster, slot, src, dst int, pause time.Duration
 // the SIGSTOP meets it: the next waits for the promotion and for the
 // clients to be told to reload the slot map (go-redis reloads it in the
 // background, within a few hundred ms; until then calls to the dead
-// master are refused or lost, never timed out). Both bounds keep the checker's work
-// small whatever the machine's load: each call of unknown outcome
-// multiplies the ways to order its key's history by the number of calls
-// it overlaps, and a CI run in which a slow promotion let 93 of them
-// overlap the rest of the history was not decided within the budget.
+// master are refused or lost, never timed out). Both bounds keep the
+// checker's work small whatever the machine's load: each call of unknown
+// outcome multiplies the ways to order its key's history by the number
+// of calls it overlaps, and a CI run in which a slow promotion let 93 of
+// them overlap the rest of the history was not decided within the budget.
 // The same history without the Rollback must fail the check: the loss
 // was observed.
 func TestClusterForcedFailover(t *testing.T) {
@@ -296,10 +296,11 @@ func forcedFailover(t *testing.T, h int, ta *tally) {
 		c.Signal(t, primary, syscall.SIGKILL)
 		d.rec.Killed(hit, time.Now())
 		// The clients learn the new master now rather than at their next
-		// reload (up to a second away): every round of the outage adds a
-		// dozen calls of unknown outcome on the warm key, and the proof
-		// that the history without its Rollback is not linearizable must
-		// try every way those calls could have been applied.
+		// reload (up to a second away): every round before they do adds
+		// a dozen calls on the warm key lost on the dead master's
+		// connections (of unknown outcome), and the proof that the
+		// history without its Rollback is not linearizable must try every
+		// way those calls could have been applied.
 		for _, cc := range ccs {
 			cc.ReloadState(ctx)
 		}

@@ -141,9 +141,9 @@ type Options struct {
 //     response: the error time for a dropped connection (the server
 //     cannot run a script from a connection it has closed), never for a
 //     timeout (a server may still run it) unless the only server that
-//     could run it was killed (Recorder.Killed: the kill). It needs a driven clock: under
-//     the server's clock the time it would have been decided at is
-//     unknown, so Check refuses such a history.
+//     could run it was killed (Recorder.Killed: the kill). It needs a
+//     driven clock: under the server's clock the time it would have been
+//     decided at is unknown, so Check refuses such a history.
 func NewModel(o Options) porcupine.Model {
 	return porcupine.Model{
 		Partition: Partition,

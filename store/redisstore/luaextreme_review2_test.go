@@ -158,10 +158,7 @@ func TestReview2InlineExtremesMatchGo(t *testing.T) {
 				<-bc.done
 				msg := fmt.Sprintf("seed %d round %d call %d of %d (%s %s) at %d", seed, round, i, len(calls), cl.mode, rvDescribe(cl.reqs), us)
 				require.NoError(t, bc.err, msg)
-				keys := make([]string, len(cl.reqs))
-				for j, r := range cl.reqs {
-					keys[j] = bat.Key(r.Key, r.Limit)
-				}
+				keys := rvKeys(bat, cl.reqs)
 				want, w := mBat.apply(cl.mode == "t", keys, cl.reqs, us, bat.marginMs)
 				for k, px := range w {
 					written[k] = px

@@ -135,6 +135,15 @@ func rvCheckKeys(t *testing.T, c *redis.Client, m *rvModel, written map[string]i
 	}
 }
 
+// rvKeys returns the Redis keys of reqs in s, in order.
+func rvKeys(s *Store, reqs []ratelimit.Request) []string {
+	keys := make([]string, len(reqs))
+	for j, r := range reqs {
+		keys[j] = s.Key(r.Key, r.Limit)
+	}
+	return keys
+}
+
 // rvOnBoth runs run for each seed from 1 to seeds on a fresh miniredis and
 // on the real redis-server, each through a client of its own; real says
 // which it is.
@@ -165,10 +174,7 @@ func rvCheckLone(t *testing.T, c *redis.Client, lone *Store, m *rvModel, pin fun
 		pin(m)
 		args, err := lone.command(cl.reqs, cl.mode)
 		require.NoError(t, err)
-		keys := make([]string, len(cl.reqs))
-		for j, r := range cl.reqs {
-			keys[j] = lone.Key(r.Key, r.Limit)
-		}
+		keys := rvKeys(lone, cl.reqs)
 		since := time.Now()
 		reply, err := lone.evalOne(t.Context(), args)
 		require.NoError(t, err, msg)
@@ -320,10 +326,7 @@ func TestReviewInlineBatchesMatchGo(t *testing.T) {
 				msg := fmt.Sprintf("seed %d round %d call %d of %d (%s %s) at %d", seed, round, i, len(calls), cl.mode, rvDescribe(cl.reqs), us)
 				require.NoError(t, bc.err, msg)
 				require.Equal(t, us, bc.at, msg)
-				keys := make([]string, len(cl.reqs))
-				for j, r := range cl.reqs {
-					keys[j] = bat.Key(r.Key, r.Limit)
-				}
+				keys := rvKeys(bat, cl.reqs)
 				want, w := mBat.apply(cl.mode == "t", keys, cl.reqs, us, bat.marginMs)
 				for k, px := range w {
 					written[k] = px
